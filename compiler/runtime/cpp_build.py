@@ -24,10 +24,10 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 # No -ffast-math: it lets the compiler assume no NaN/inf, which changes results of
 # max/min/isnan and of every comparison users rely on. -fno-math-errno is what lets GCC
@@ -100,9 +100,7 @@ def toolchain() -> Toolchain:
 def _probe(command: tuple[str, ...]) -> Toolchain | CompilerUnavailable:
     display = shlex.join(command)
     try:
-        proc = subprocess.run(
-            [*command, "--version"], capture_output=True, text=True, timeout=60
-        )
+        proc = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         err = CompilerUnavailable(
             f"C++ compiler {display!r} cannot be run ({exc}); set $CXX to a working g++ or "
@@ -226,8 +224,7 @@ def build(source: str, flags: Sequence[str] = FLAGS) -> Path:
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout)[-_STDERR_TAIL:]
             err = CppCompileError(
-                f"C++ compiler {tool.display!r} failed (exit {proc.returncode}) on "
-                f"{src}:\n{tail}",
+                f"C++ compiler {tool.display!r} failed (exit {proc.returncode}) on {src}:\n{tail}",
                 shlex.join(command),
                 tail,
             )

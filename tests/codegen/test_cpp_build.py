@@ -134,7 +134,7 @@ def test_missing_compiler_warns_once_and_raises(monkeypatch):
 
 
 def test_compile_error_names_command_and_stderr(cache):
-    bad = f"extern \"C\" int broken_{uuid.uuid4().hex[:8]}() {{ return undeclared_name; }}"
+    bad = f'extern "C" int broken_{uuid.uuid4().hex[:8]}() {{ return undeclared_name; }}'
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(cpp_build.CppCompileError) as info:

@@ -1,0 +1,50 @@
+# Newcomer entry points:
+#   make lab   - create .venv, install, open JupyterLab on notebooks/ with the extension loaded
+#   make test  - create .venv, install, lint and run the whole test suite
+#
+# torch and torchvision are pinned and installed first; a constraints file keeps every later
+# install (transformers, timm, ...) from pulling another torch.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.setup-done
+CONSTRAINTS := $(VENV)/constraints.txt
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+# ipykernel reads $(sys.prefix)/etc/ipython, so this loads the extension in every kernel of
+# this .venv (the notebooks also run %load_ext themselves; the extension's load is idempotent).
+KERNEL_CONFIG := $(VENV)/etc/ipython/ipython_kernel_config.py
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps lint test lab
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml Makefile | $(PY)
+	printf '%s\n' $(TORCH_PINS) > $(CONSTRAINTS)
+	$(PIP) install $(TORCH_PINS)
+	$(PIP) install -c $(CONSTRAINTS) -e '.[dev]'
+	mkdir -p $(dir $(KERNEL_CONFIG))
+	echo "c.InteractiveShellApp.extensions = ['jupyter_compile']" > $(KERNEL_CONFIG)
+	touch $@
+
+setup: $(STAMP) system-deps
+
+# graphviz's `dot` renders the inspector's graphs; chromium drives the browser test.
+system-deps:
+	@if ! command -v dot >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ]; then \
+		$(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y graphviz chromium chromium-driver; \
+	fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: setup lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/

@@ -1,0 +1,79 @@
+"""The interface between the wrapper emitter and the kernel emitters (Triton, C++).
+
+A kernel emitter turns one `KernelGroup` of a `Schedule` into a `KernelSource`: a
+self-contained module text that defines the kernel, plus the wrapper line that launches it.
+The wrapper emitter (compiler/codegen/wrapper.py) only pastes `call` lines; the runtime loads
+every kernel through its emitter's `load`, and binds the result to `KernelSource.name` in the
+wrapper's namespace. So a new backend language is one module exposing an object that follows
+`KernelEmitter`, registered for a device type with `register_emitter`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import torch
+
+from compiler.scheduler.kernel import KernelGroup, Schedule
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    name: str  # bound in the wrapper's namespace to whatever `load` returns
+    language: str  # "triton" or "cpp"
+    source: str  # module text; the runtime writes it to the kernel cache and loads it
+    call: str  # one wrapper line launching it, e.g. "triton_poi_fused_sin_0.run(arg0, buf0)"
+    grid: str = ""  # readable launch grid, for the inspector
+    config: dict[str, Any] = field(default_factory=dict)  # block sizes, warps, ...
+    bytes_accessed: int = 0  # minimal bytes read + written
+
+
+class KernelEmitter(Protocol):
+    language: str
+
+    def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
+        """Generate the kernel of one fused group."""
+
+    def load(self, kernel: KernelSource, mode: str | None) -> Any:
+        """Compile (or find in the disk cache) and return the object `kernel.call` uses."""
+
+
+_EMITTERS: dict[str, Callable[[], KernelEmitter | None]] = {}
+
+
+def register_emitter(device_type: str, factory: Callable[[], KernelEmitter | None]) -> None:
+    """`factory()` returns the emitter for tensors on `device_type`, or None if unavailable."""
+    _EMITTERS[device_type] = factory
+
+
+def emitter_for(device: torch.device) -> tuple[KernelEmitter | None, str]:
+    """The kernel emitter for `device` and a readable reason when there is none.
+
+    CUDA: Triton. CPU: the C++ emitter (compiler.codegen.cpp, exposing `EMITTER`) when it
+    imports, else Triton in its interpreter when TRITON_INTERPRET=1 (how the tests run here).
+    """
+    if device.type in _EMITTERS:
+        emitter = _EMITTERS[device.type]()
+        if emitter is not None:
+            return emitter, ""
+    if device.type == "cuda":
+        from compiler.codegen.triton import TritonEmitter
+
+        return TritonEmitter(), ""
+    if device.type == "cpu":
+        try:
+            from compiler.codegen import cpp  # written alongside; optional until it lands
+
+            emitter = getattr(cpp, "EMITTER", None)
+        except ImportError:
+            emitter = None
+        if emitter is not None and os.environ.get("TRITON_INTERPRET") != "1":
+            return emitter, ""
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            from compiler.codegen.triton import TritonEmitter
+
+            return TritonEmitter(), ""
+        return None, "no CPU kernel emitter is available (compiler.codegen.cpp did not load)"
+    return None, f"no kernel emitter for device type {device.type!r}"

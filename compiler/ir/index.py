@@ -1,0 +1,329 @@
+"""Index arithmetic: integer expressions over loop variables, kept in a canonical form.
+
+Every index is an affine combination `sum(coeff * atom) + const` whose atoms are loop
+variables, floor divisions or modulos of smaller indices. The constructors simplify as they
+build (using each variable's range), so views compose into short expressions: a reshape of a
+contiguous tensor back to its own shape gives the plain variable again, and the emitters never
+need a general simplifier. Floor division and modulo are only built over indices that cannot
+be negative, so Python, C and Triton semantics agree when they are printed.
+
+Operators: `i * 4 + j`, `i // 2`, `i % 3` (integer operands only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Union
+
+
+@dataclass(frozen=True)
+class Var:
+    """A loop variable ranging over `0 .. size - 1`."""
+
+    name: str
+    size: int
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    """`base // divisor` with `base >= 0` and `divisor > 1`."""
+
+    base: "Index"
+    divisor: int
+
+    def __str__(self) -> str:
+        return f"({self.base} // {self.divisor})"
+
+
+@dataclass(frozen=True)
+class Mod:
+    """`base % modulus` with `base >= 0` and `modulus > 1`."""
+
+    base: "Index"
+    modulus: int
+
+    def __str__(self) -> str:
+        return f"({self.base} % {self.modulus})"
+
+
+Atom = Union[Var, FloorDiv, Mod]
+
+
+class IndexError_(ValueError):
+    """An index the algebra cannot represent safely (e.g. modulo of a possibly negative value)."""
+
+
+@dataclass(frozen=True)
+class Index:
+    """`sum(coeff * atom for atom, coeff in terms) + const`; terms sorted, no zero coefficients."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+    # ---- construction -------------------------------------------------------------------
+
+    @staticmethod
+    def of(value: "IndexLike") -> "Index":
+        if isinstance(value, Index):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, Var, FloorDiv, Mod)):
+            raise TypeError(f"not an index: {value!r}")
+        if isinstance(value, int):
+            return Index((), value)
+        return Index(((value, 1),), 0)
+
+    @staticmethod
+    def _build(coeffs: dict[Atom, int], const: int) -> "Index":
+        coeffs = {a: c for a, c in coeffs.items() if c != 0}
+        const += _recombine(coeffs)
+        terms = tuple(sorted(((a, c) for a, c in coeffs.items() if c != 0), key=lambda t: _atom_key(t[0])))
+        return Index(terms, const)
+
+    def __add__(self, other: "IndexLike") -> "Index":
+        other = Index.of(other)
+        coeffs = dict(self.terms)
+        for atom, c in other.terms:
+            coeffs[atom] = coeffs.get(atom, 0) + c
+        return Index._build(coeffs, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "Index":
+        return self * -1
+
+    def __sub__(self, other: "IndexLike") -> "Index":
+        return self + Index.of(other) * -1
+
+    def __rsub__(self, other: "IndexLike") -> "Index":
+        return Index.of(other) - self
+
+    def __mul__(self, k: int) -> "Index":
+        if isinstance(k, Index) and k.is_constant:
+            k = k.const
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise IndexError_(f"index multiplied by a non-constant: {k!r}")
+        if k == 0:
+            return Index()
+        return Index(tuple((a, c * k) for a, c in self.terms), self.const * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, d: int) -> "Index":
+        if d <= 0:
+            raise IndexError_(f"floor division by {d}")
+        if d == 1:
+            return self
+        lo, _ = self.bounds()
+        if lo < 0:
+            raise IndexError_(f"floor division of a possibly negative index {self}")
+        # Pull out the terms (and the part of the constant) that are multiples of d:
+        # (q*d + r) // d == q + r // d for integers.
+        pulled: dict[Atom, int] = {}
+        rest: dict[Atom, int] = {}
+        for atom, c in self.terms:
+            (pulled if c % d == 0 else rest)[atom] = c // d if c % d == 0 else c
+        qc, rc = divmod(self.const, d)
+        q = Index._build(pulled, qc)
+        r = Index._build(rest, rc)
+        r_lo, r_hi = r.bounds()
+        if r_lo < 0:  # splitting made the remainder possibly negative: keep the whole
+            return Index.of(FloorDiv(self, d))
+        if r_hi < d:
+            return q
+        if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and isinstance(r.terms[0][0], FloorDiv):
+            inner = r.terms[0][0]
+            return q + Index.of(FloorDiv(inner.base, inner.divisor * d))
+        return q + Index.of(FloorDiv(r, d))
+
+    def __mod__(self, m: int) -> "Index":
+        if m <= 0:
+            raise IndexError_(f"modulo by {m}")
+        if m == 1:
+            return Index()
+        lo, _ = self.bounds()
+        if lo < 0:
+            raise IndexError_(f"modulo of a possibly negative index {self}")
+        rest = {a: c for a, c in self.terms if c % m != 0}
+        r = Index._build(rest, self.const % m)
+        r_lo, r_hi = r.bounds()
+        if r_lo < 0:
+            return Index.of(Mod(self, m))
+        if r_hi < m:
+            return r
+        if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and isinstance(r.terms[0][0], Mod):
+            inner = r.terms[0][0]
+            if inner.modulus % m == 0:
+                return Index.of(inner.base) % m
+        return Index.of(Mod(r, m))
+
+    # ---- queries --------------------------------------------------------------------------
+
+    @property
+    def is_constant(self) -> bool:
+        return not self.terms
+
+    def bounds(self) -> tuple[int, int]:
+        """Inclusive (lowest, highest) value over the ranges of the variables."""
+        lo = hi = self.const
+        for atom, c in self.terms:
+            a_lo, a_hi = _atom_bounds(atom)
+            lo += min(c * a_lo, c * a_hi)
+            hi += max(c * a_lo, c * a_hi)
+        return lo, hi
+
+    def vars(self) -> set[Var]:
+        out: set[Var] = set()
+        for atom, _ in self.terms:
+            out |= _atom_vars(atom)
+        return out
+
+    def coefficient(self, var: Var) -> int | None:
+        """The coefficient of `var` if it only appears as a plain term, else None."""
+        coeff = 0
+        for atom, c in self.terms:
+            if atom == var:
+                coeff = c
+            elif var in _atom_vars(atom):
+                return None
+        return coeff
+
+    def subs(self, mapping: Mapping[str, "IndexLike"]) -> "Index":
+        """Replace variables (by name) with indices, re-simplifying."""
+        out = Index.of(self.const)
+        for atom, c in self.terms:
+            out = out + _subs_atom(atom, mapping) * c
+        return out
+
+    def map_atoms(self, fn: Callable[[Atom], "Index"]) -> "Index":
+        out = Index.of(self.const)
+        for atom, c in self.terms:
+            out = out + fn(atom) * c
+        return out
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+IndexLike = Union[Index, Var, FloorDiv, Mod, int]
+
+
+def render(index: Index, name: Callable[[Var], str] = str) -> str:
+    """Print an index as C/Python/Triton text (all agree: no negative division operands)."""
+    parts: list[str] = []
+    for atom, c in index.terms:
+        text = _render_atom(atom, name)
+        term = text if abs(c) == 1 else f"{abs(c)}*{text}"
+        parts.append(("- " if c < 0 else "+ ") + term)
+    if index.const or not parts:
+        parts.append(("- " if index.const < 0 else "+ ") + str(abs(index.const)))
+    text = " ".join(parts)
+    return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def _recombine(coeffs: dict[Atom, int]) -> int:
+    """Undo splits in place: `m*c*(e // m) + c*(e % m)` is `c*e`, and
+    `m*c*((e // m) % k) + c*(e % m)` is `c*(e % (m*k))` — what flattening an unflattened
+    index produces. Returns the constant part of the recombined terms."""
+    const = 0
+    changed = True
+    while changed:
+        changed = False
+        for atom, c in list(coeffs.items()):
+            if not isinstance(atom, Mod) or atom not in coeffs:
+                continue
+            e, m = atom.base, atom.modulus
+            div = FloorDiv(e, m)
+            if coeffs.get(div) == c * m:
+                del coeffs[atom], coeffs[div]
+                for a2, c2 in e.terms:
+                    coeffs[a2] = coeffs.get(a2, 0) + c2 * c
+                    if coeffs[a2] == 0:
+                        del coeffs[a2]
+                const += e.const * c
+                changed = True
+                break
+            for other, c2 in list(coeffs.items()):
+                if (
+                    isinstance(other, Mod)
+                    and other.base == Index.of(div)
+                    and c2 == c * m
+                ):
+                    del coeffs[atom], coeffs[other]
+                    merged = e % (m * other.modulus)
+                    for a3, c3 in merged.terms:
+                        coeffs[a3] = coeffs.get(a3, 0) + c3 * c
+                    const += merged.const * c
+                    changed = True
+                    break
+            if changed:
+                break
+    return const
+
+
+def _render_atom(atom: Atom, name: Callable[[Var], str]) -> str:
+    if isinstance(atom, Var):
+        return name(atom)
+    base = render(atom.base, name)
+    if not (len(atom.base.terms) == 1 and atom.base.terms[0][1] == 1 and atom.base.const == 0):
+        base = f"({base})"
+    if isinstance(atom, FloorDiv):
+        return f"({base} // {atom.divisor})"
+    return f"({base} % {atom.modulus})"
+
+
+def _atom_key(atom: Atom) -> tuple:
+    if isinstance(atom, Var):
+        return (0, atom.name)
+    return (1 if isinstance(atom, FloorDiv) else 2, str(atom))
+
+
+def _atom_bounds(atom: Atom) -> tuple[int, int]:
+    if isinstance(atom, Var):
+        return 0, max(atom.size - 1, 0)
+    lo, hi = atom.base.bounds()
+    if isinstance(atom, FloorDiv):
+        return lo // atom.divisor, hi // atom.divisor
+    return 0, min(atom.modulus - 1, hi)
+
+
+def _atom_vars(atom: Atom) -> set[Var]:
+    if isinstance(atom, Var):
+        return {atom}
+    return atom.base.vars()
+
+
+def _subs_atom(atom: Atom, mapping: Mapping[str, IndexLike]) -> Index:
+    if isinstance(atom, Var):
+        return Index.of(mapping[atom.name]) if atom.name in mapping else Index.of(atom)
+    base = atom.base.subs(mapping)
+    return base // atom.divisor if isinstance(atom, FloorDiv) else base % atom.modulus
+
+
+def contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def flat_index(indices: tuple[IndexLike, ...], strides: tuple[int, ...], offset: int = 0) -> Index:
+    """The memory offset of element `indices` of a strided tensor."""
+    out = Index.of(offset)
+    for i, s in zip(indices, strides):
+        out = out + Index.of(i) * s
+    return out
+
+
+def unflatten(flat: IndexLike, size: tuple[int, ...]) -> tuple[Index, ...]:
+    """Split a row-major flat index over `size` into one index per dimension."""
+    flat = Index.of(flat)
+    strides = contiguous_strides(size)
+    return tuple((flat // st) % max(s, 1) if s != 1 else Index() for st, s in zip(strides, size))
+
+
+def make_vars(prefix: str, size: tuple[int, ...]) -> tuple[Var, ...]:
+    return tuple(Var(f"{prefix}{k}", s) for k, s in enumerate(size))

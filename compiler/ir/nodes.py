@@ -1,0 +1,316 @@
+"""The loop-level IR: what a lowered aten graph is made of.
+
+Two layers, both frozen dataclasses:
+
+* Values — scalar expressions evaluated at one point of a loop nest: `Load` from a buffer at
+  an `Index`, `Constant`, `IndexValue` (an index used as a number, e.g. arange), `Op` (a named
+  pointwise operation from `OPS`), and `Ref` (a value computed by an earlier step of the same
+  kernel; only the scheduler creates these).
+* Nodes — what the graph computes, one buffer each: `Pointwise` (a Value per output element),
+  `Reduction` (a Value per element of the reduced input, combined along the reduced loop),
+  `ExternKernel` (an aten call on materialised tensors, e.g. convolution), plus the graph's
+  `InputBuffer`s and `ConstantBuffer`s (parameters captured at compile time).
+
+Loop variables: a node of output size `(s0, s1, ...)` reads its element through the variables
+`i0, i1, ...` (`Var("i0", s0)`, ...); a Reduction's reduced dimensions use `r0, r1, ...`. Views
+(permute, expand, slice, reshape, ...) never create nodes: they only change the `Index` of the
+`Load`s that read through them.
+
+Buffers: every node that is materialised lives in a `Layout` (size, stride, offset, dtype,
+device); the scheduler decides which nodes are materialised and which are recomputed inline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+from compiler.ir.index import Index, Var, contiguous_strides, make_vars
+
+# ---- values -------------------------------------------------------------------------------
+
+# Pointwise operations and their arity. Semantics are torch's for the value's dtype; operands
+# already have the computation dtype (lowering inserts `to_dtype` casts), except `where`'s
+# condition and the comparisons' results, which are bool.
+OPS: dict[str, int] = {
+    # arithmetic
+    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "remainder": 2, "fmod": 2,
+    "neg": 1, "abs": 1, "sign": 1, "reciprocal": 1, "pow": 2, "maximum": 2, "minimum": 2,
+    # transcendental
+    "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1,
+    "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
+    "tanh": 1, "sigmoid": 1, "erf": 1, "atan2": 2,
+    # rounding
+    "floor": 1, "ceil": 1, "trunc": 1, "round": 1,
+    # comparisons and logic (bool results)
+    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
+    "logical_and": 2, "logical_or": 2, "logical_xor": 2, "logical_not": 1, "isnan": 1, "isinf": 1,
+    # bitwise (integers and bool)
+    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
+    # selection and casts
+    "where": 3, "to_dtype": 1,
+}
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+
+@dataclass(frozen=True)
+class Load:
+    """Element `indices` (one Index per dimension of the buffer: logical coordinates, not a
+    memory offset) of buffer `buf`. Emitters turn it into an address with the buffer's
+    Layout (`layout.index(indices)`), so inlining a producer is substituting its `i*` vars.
+
+    With a `mask` (a bool Value), the load only happens where the mask is true and yields 0
+    elsewhere; lowering uses it for padding and concatenation, always under a `where` on the
+    same condition, so the 0 is never observed.
+    """
+
+    buf: str
+    indices: tuple[Index, ...]
+    dtype: torch.dtype
+    mask: "Value | None" = None
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: Union[bool, int, float]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as a number (arange, iota, argmax positions)."""
+
+    index: Index
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str  # a key of OPS
+    args: tuple["Value", ...]
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        if OPS.get(self.op) != len(self.args):
+            raise ValueError(f"bad pointwise op {self.op} with {len(self.args)} operands")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """The value of step `name` of the same kernel at the current loop point (scheduler only)."""
+
+    name: str
+    dtype: torch.dtype
+
+
+Value = Union[Load, Constant, IndexValue, Op, Ref]
+
+
+def children(value: Value) -> tuple[Value, ...]:
+    if isinstance(value, Op):
+        return value.args
+    if isinstance(value, Load) and value.mask is not None:
+        return (value.mask,)
+    return ()
+
+
+def iter_values(value: Value):
+    """All sub-values, each object once, children before parents."""
+    seen: set[int] = set()
+    stack: list[tuple[Value, bool]] = [(value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        if expanded:
+            yield v
+            continue
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        stack.append((v, True))
+        stack.extend((c, False) for c in reversed(children(v)))
+
+
+def loads(value: Value) -> list[Load]:
+    return [v for v in iter_values(value) if isinstance(v, Load)]
+
+
+def op_count(value: Value) -> int:
+    return sum(1 for v in iter_values(value) if isinstance(v, Op))
+
+
+# ---- buffers and nodes --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a materialised buffer's elements live: element `(i0, i1, ...)` is at
+    `offset + sum(ik * stride[k])` elements from the buffer's data pointer (inputs and
+    nodes: offset 0; a TensorArg view of a buffer may have an offset)."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> "Layout":
+        return Layout(tuple(size), contiguous_strides(tuple(size)), dtype, device)
+
+    @staticmethod
+    def like(t: torch.Tensor) -> "Layout":
+        return Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset())
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.size:
+            n *= s
+        return n
+
+    def storage_size(self) -> int:
+        """Elements the storage must hold (0 for an empty tensor)."""
+        if self.numel == 0:
+            return 0
+        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+    def index(self, indices: tuple) -> Index:
+        out = Index.of(self.offset)
+        for i, st in zip(indices, self.stride):
+            out = out + Index.of(i) * st
+        return out
+
+
+@dataclass(frozen=True)
+class InputBuffer:
+    """Positional input `position` of the graph."""
+
+    name: str
+    position: int
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class ConstantBuffer:
+    """A tensor captured at compile time (a parameter or buffer the aten graph reads)."""
+
+    name: str
+    layout: Layout
+    value: torch.Tensor = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    """`buf[i0, i1, ...] = body` for every point of `size`; `body` reads through `i*`."""
+
+    name: str
+    size: tuple[int, ...]
+    body: Value
+    layout: Layout  # where it is stored if the scheduler materialises it
+    origins: tuple[str, ...] = ()  # FX node names of the user graph this came from
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    @property
+    def vars(self) -> tuple[Var, ...]:
+        return make_vars("i", self.size)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """`buf[i...] = combine(reduction_type, body over all r...)`.
+
+    `size` is the output size (no kept dims: keepdim is a view on top), `reduction_size` the
+    reduced extent. `input_size` and `axes` say how the reduced tensor was shaped: output
+    variable `ik` is input dimension `k`-th of the non-reduced ones and `rj` is `axes[j]`. The
+    scheduler uses them to fuse pointwise nodes of the input's shape into the same kernel.
+    For argmax/argmin the body's reduction position is the flat index over `reduction_size`.
+    """
+
+    name: str
+    size: tuple[int, ...]
+    reduction_size: tuple[int, ...]
+    reduction_type: str
+    body: Value
+    layout: Layout
+    input_size: tuple[int, ...]
+    axes: tuple[int, ...]
+    origins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.reduction_type not in REDUCTION_TYPES:
+            raise ValueError(f"unknown reduction {self.reduction_type}")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    @property
+    def vars(self) -> tuple[Var, ...]:
+        return make_vars("i", self.size)
+
+    @property
+    def reduction_vars(self) -> tuple[Var, ...]:
+        return make_vars("r", self.reduction_size)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A strided view of a materialised buffer, passed to an extern kernel or returned."""
+
+    buf: str
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class ExternKernel:
+    """A call of an aten op on materialised tensors (cuBLAS/cuDNN/...), e.g.
+    `aten.convolution.default`. `args`/`kwargs` hold TensorArgs, (nested) lists of them, and
+    plain Python constants. Outputs: one buffer per tensor the op returns, in order."""
+
+    name: str
+    op: str  # e.g. "aten.convolution.default"
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    outputs: tuple[tuple[str, Layout], ...]  # (buffer name, layout it must have)
+    origins: tuple[str, ...] = ()
+
+
+Node = Union[Pointwise, Reduction, ExternKernel]
+Buffer = Union[InputBuffer, ConstantBuffer, Pointwise, Reduction]
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A lowered graph: nodes in a valid execution order and the outputs.
+
+    `outputs` mirrors the aten graph's output structure flattened: each entry is a TensorArg
+    (a view of a buffer), or a Python constant (None, int, ...).
+    """
+
+    inputs: tuple[InputBuffer, ...]
+    constants: tuple[ConstantBuffer, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Any, ...]
+    source_lines: dict[str, Any] = field(default_factory=dict, compare=False)  # FX node -> SourceLine
+
+    def node_outputs(self) -> dict[str, Layout]:
+        """Every buffer name the nodes define, with its layout."""
+        out: dict[str, Layout] = {}
+        for n in self.nodes:
+            if isinstance(n, ExternKernel):
+                out.update(dict(n.outputs))
+            else:
+                out[n.name] = n.layout
+        return out
+
+    def buffer_layouts(self) -> dict[str, Layout]:
+        out = {b.name: b.layout for b in self.inputs}
+        out.update({c.name: c.layout for c in self.constants})
+        out.update(self.node_outputs())
+        return out

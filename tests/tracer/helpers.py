@@ -106,12 +106,12 @@ def make(spec: Any) -> Any:
 
 def clone(value: Any) -> Any:
     """An independent copy: tensors cloned as fresh leaves with the same strides and
-    requires_grad, modules deep-copied, containers rebuilt, other values shared."""
+    requires_grad, containers rebuilt, other values (modules too) shared. A module passed
+    as an argument is the same object on both sides so its identity guard holds across
+    calls; stateful modules are compared with `check_module` instead."""
     if isinstance(value, torch.Tensor):
         c = value.detach().clone()
         return c.requires_grad_(value.requires_grad) if value.is_floating_point() else c
-    if isinstance(value, torch.nn.Module):
-        return copy.deepcopy(value)
     if isinstance(value, list):
         return [clone(v) for v in value]
     if isinstance(value, tuple):

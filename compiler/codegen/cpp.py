@@ -1,0 +1,735 @@
+"""The C++/OpenMP kernel emitter: one `extern "C"` function per fused group, for CPU tensors.
+
+Each `KernelGroup` of a `Schedule` becomes a loop nest over its outer variables, with the
+reduction loops inside (see compiler/scheduler/kernel.py for the step model):
+
+    extern "C" void cpp_fused_cos_sin_0(const float* in_ptr0, const float* in_ptr1,
+                                        float* out_ptr0) {
+      #pragma omp parallel for simd schedule(static)
+      for (int64_t x0 = 0; x0 < 16777216; ++x0) { ... }
+    }
+
+* Sizes are compile-time constants (the graph was traced for these shapes), so loop bounds
+  and strides fold into the code and nothing but data pointers crosses ctypes.
+* OpenMP threads only when a kernel does enough work to pay for waking them; the innermost
+  loop carries `#pragma omp simd` (with reduction clauses for the accumulators), which with
+  the prelude's libmvec declarations vectorises sin/exp/tanh/... too.
+* Reductions accumulate in float for float16/bfloat16 and in int64 for integer sums; max/min
+  carry a NaN flag so they propagate NaN as torch does while still vectorising.
+* When the outer extent is too small to keep the cores busy (a full sum, a mean over a
+  batch of 2), a plain reduction is split across threads with OpenMP reduction clauses.
+
+The source of a kernel is its function alone (what the inspector shows); `load_many` puts
+kernels behind the shared prelude into a few translation units (one per core) and compiles
+them in parallel through compiler/runtime/cpp_build.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from compiler.codegen.common import KernelSource
+from compiler.codegen.cpp_prelude import COMPUTE_TYPE, MATH_FUNCTIONS, PRELUDE, STORAGE_TYPE
+from compiler.ir.index import FloorDiv, Index, Mod, Var
+from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value, children
+from compiler.runtime import cpp_build
+from compiler.scheduler.kernel import KernelGroup, Schedule, Step
+
+# Elements of work below which a kernel runs on the calling thread: waking the OpenMP team
+# costs a few microseconds, about what 32k simple elements take on one core.
+PARALLEL_MIN_WORK = 32768
+# A reduction kernel parallelises its outer loop only when each thread gets several points;
+# otherwise (and when the reduction is big) it splits the reduction itself.
+OUTER_MIN_POINTS = 16
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+# ---- small printers -----------------------------------------------------------------------
+
+
+def c_index(index: Index) -> str:
+    """An Index as C++ (int64_t arithmetic; the IR guarantees no negative `/` or `%`)."""
+    parts: list[str] = []
+    for atom, coeff in index.terms:
+        text = _c_atom(atom)
+        term = text if abs(coeff) == 1 else f"{abs(coeff)}*{text}"
+        parts.append(("- " if coeff < 0 else "+ ") + term)
+    if index.const or not parts:
+        parts.append(("- " if index.const < 0 else "+ ") + str(abs(index.const)))
+    text = " ".join(parts)
+    return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def _c_atom(atom: Var | FloorDiv | Mod) -> str:
+    if isinstance(atom, Var):
+        return atom.name
+    base = c_index(atom.base)
+    terms = atom.base.terms
+    if not (len(terms) == 1 and terms[0][1] == 1 and atom.base.const == 0):
+        base = f"({base})"
+    if isinstance(atom, FloorDiv):
+        return f"({base} / {atom.divisor})"
+    return f"({base} % {atom.modulus})"
+
+
+def c_constant(value: bool | int | float, dtype: torch.dtype) -> str:
+    ctype = COMPUTE_TYPE[dtype]
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return f"static_cast<{ctype}>(NAN)"
+        if math.isinf(v):
+            return f"static_cast<{ctype}>({'-' if v < 0 else ''}INFINITY)"
+        text = repr(v)
+        if ctype == "float":
+            return f"{text}f" if abs(v) <= 3.4028234663852886e38 else f"static_cast<float>({text})"
+        return text
+    v = int(value)
+    if ctype == "int64_t":
+        return "INT64_MIN" if v == -(2**63) else f"INT64_C({v})"
+    return f"static_cast<{ctype}>({v})"
+
+
+def _lit(x: float, ctype: str) -> str:
+    return f"{x!r}f" if ctype == "float" else repr(x)
+
+
+def _math(name: str, ctype: str) -> str:
+    assert name in MATH_FUNCTIONS
+    return f"{name}f" if ctype == "float" else name
+
+
+# ---- pointwise operations -----------------------------------------------------------------
+
+
+def op_expr(op: Op, args: list[str]) -> str:
+    """C++ for one IR operation whose operands are already C++ expressions."""
+    name, dtype = op.op, op.dtype
+    ctype = COMPUTE_TYPE[dtype]
+    arg_dtype = op.args[0].dtype
+    actype = COMPUTE_TYPE[arg_dtype]
+    floating = arg_dtype.is_floating_point
+    a = args[0]
+    b = args[1] if len(args) > 1 else ""
+    binary = {"add": "+", "sub": "-", "mul": "*", "truediv": "/"}
+    compare = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    if name in binary:
+        return f"({a} {binary[name]} {b})"
+    if name in compare:
+        return f"({a} {compare[name]} {b})"
+    if name in ("floordiv", "remainder", "fmod", "maximum", "minimum"):
+        return f"jc_{name}({a}, {b})"
+    if name == "neg":
+        return f"(-{a})"
+    if name in ("abs", "sign"):
+        return f"jc_{name}({a})"
+    if name == "reciprocal":
+        return f"({_lit(1.0, ctype)} / {a})"
+    if name == "pow":
+        if not floating:
+            return f"jc_ipow<{ctype}>({a}, {b})"
+        exponent = op.args[1]
+        if isinstance(exponent, Constant) and float(exponent.value) == 2.0:
+            return f"({a} * {a})"
+        return f"{_math('pow', ctype)}({a}, {b})"
+    if name == "sqrt":
+        return f"{_math('sqrt', ctype)}({a})"
+    if name == "rsqrt":
+        return f"({_lit(1.0, ctype)} / {_math('sqrt', ctype)}({a}))"
+    if name == "sigmoid":
+        one = _lit(1.0, ctype)
+        return f"({one} / ({one} + {_math('exp', ctype)}(-{a})))"
+    if name in ("floor", "ceil", "trunc", "round"):
+        if not floating:
+            return a
+        return f"{_math('nearbyint' if name == 'round' else name, ctype)}({a})"
+    if name in MATH_FUNCTIONS:
+        return f"{_math(name, ctype)}({', '.join(args)})"
+    if name == "logical_not":
+        return f"(!static_cast<bool>({a}))"
+    if name in ("logical_and", "logical_or", "logical_xor"):
+        sym = {"logical_and": "&", "logical_or": "|", "logical_xor": "!="}[name]
+        return f"(static_cast<bool>({a}) {sym} static_cast<bool>({b}))"
+    if name == "isnan":
+        return f"({a} != {a})" if floating else "false"
+    if name == "isinf":
+        return f"(jc_abs({a}) == static_cast<{actype}>(INFINITY))" if floating else "false"
+    if name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        sym = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[name]
+        return f"({a} {sym} {b})"
+    if name == "bitwise_not":
+        return f"(!{a})" if dtype == torch.bool else f"(~{a})"
+    if name == "where":
+        return f"({a} ? {b} : {args[2]})"
+    if name == "to_dtype":
+        return _convert(a, arg_dtype, dtype)
+    raise NotImplementedError(f"C++ emitter: no rule for pointwise op {name!r}")
+
+
+def _convert(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """A value of dtype `src` as dtype `dst`, both in their compute types."""
+    if dst == torch.bool:
+        return f"({expr} != 0)"
+    if dst in _HALF:
+        rounding = "jc_round_half" if dst == torch.float16 else "jc_round_bf16"
+        return f"{rounding}(static_cast<float>({expr}))"
+    if COMPUTE_TYPE[src] == COMPUTE_TYPE[dst]:
+        return expr
+    return f"static_cast<{COMPUTE_TYPE[dst]}>({expr})"
+
+
+def _load_expr(ptr: str, index: str, dtype: torch.dtype) -> str:
+    if dtype == torch.float16:
+        return f"jc_half_to_float({ptr}[{index}])"
+    if dtype == torch.bfloat16:
+        return f"jc_bf16_to_float({ptr}[{index}])"
+    return f"{ptr}[{index}]"
+
+
+def _store_expr(value: str, dtype: torch.dtype) -> str:
+    if dtype == torch.float16:
+        return f"jc_float_to_half({value})"
+    if dtype == torch.bfloat16:
+        return f"jc_float_to_bf16({value})"
+    return f"static_cast<{STORAGE_TYPE[dtype]}>({value})"
+
+
+# ---- reductions ---------------------------------------------------------------------------
+
+
+def _lowest(ctype: str) -> str:
+    return {
+        "float": "-INFINITY", "double": "-INFINITY", "bool": "false", "int64_t": "INT64_MIN",
+        "int32_t": "INT32_MIN", "int16_t": "INT16_MIN", "int8_t": "INT8_MIN", "uint8_t": "0",
+    }[ctype]  # fmt: skip
+
+
+def _highest(ctype: str) -> str:
+    return {
+        "float": "INFINITY", "double": "INFINITY", "bool": "true", "int64_t": "INT64_MAX",
+        "int32_t": "INT32_MAX", "int16_t": "INT16_MAX", "int8_t": "INT8_MAX", "uint8_t": "255",
+    }[ctype]  # fmt: skip
+
+
+@dataclass
+class _Accumulator:
+    """The C++ variables of one reduction step."""
+
+    step: Step
+    acc: str  # accumulator variable
+    ctype: str  # its type
+    nan: str | None = None  # NaN flag of a floating max/min
+    index: str | None = None  # position variable of argmax/argmin
+    value_ctype: str = ""
+
+    @property
+    def kind(self) -> str:
+        assert self.step.reduction_type is not None
+        return self.step.reduction_type
+
+    def declare(self) -> list[str]:
+        init = {
+            "sum": "0", "prod": "1", "any": "0", "all": "1",
+            "max": _lowest(self.ctype), "min": _highest(self.ctype),
+            "argmax": _lowest(self.ctype), "argmin": _highest(self.ctype),
+        }[self.kind]  # fmt: skip
+        lines = [f"{self.ctype} {self.acc} = {init};"]
+        if self.nan:
+            lines.append(f"int {self.nan} = 0;")
+        if self.index:
+            lines.append(f"int64_t {self.index} = 0;")
+        return lines
+
+    def clauses(self) -> list[str]:
+        """OpenMP reduction clauses, or [] if the combine cannot be expressed as one."""
+        if self.kind in ("argmax", "argmin"):
+            return []
+        op = {"sum": "+", "prod": "*", "any": "|", "all": "&", "max": "max", "min": "min"}
+        out = [f"reduction({op[self.kind]}:{self.acc})"]
+        if self.nan:
+            out.append(f"reduction(|:{self.nan})")
+        return out
+
+    def combine(self, v: str, position: str) -> list[str]:
+        a = self.acc
+        if self.kind == "sum":
+            return [f"{a} = {a} + static_cast<{self.ctype}>({v});"]
+        if self.kind == "prod":
+            return [f"{a} = {a} * static_cast<{self.ctype}>({v});"]
+        if self.kind == "any":
+            return [f"{a} |= ({v} != 0);"]
+        if self.kind == "all":
+            return [f"{a} &= ({v} != 0);"]
+        cmp = ">" if self.kind in ("max", "argmax") else "<"
+        if self.kind in ("max", "min"):
+            lines = [f"{a} = ({v} {cmp} {a}) ? {v} : {a};"]
+            if self.nan:
+                lines.append(f"{self.nan} |= ({v} != {v});")
+            return lines
+        nan_wins = (
+            f" || ({v} != {v} && {a} == {a})" if self.value_ctype in ("float", "double") else ""
+        )
+        return [f"if (({v} {cmp} {a}){nan_wins}) {{ {a} = {v}; {self.index} = {position}; }}"]
+
+    def result(self) -> str:
+        if self.kind in ("argmax", "argmin"):
+            return str(self.index)
+        if self.kind in ("any", "all"):
+            return f"({self.acc} != 0)"
+        if self.nan:
+            return f"({self.nan} ? static_cast<{self.ctype}>(NAN) : {self.acc})"
+        return self.acc
+
+
+# ---- one kernel ---------------------------------------------------------------------------
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"\W", "_", name)
+    name = re.sub(r"^triton_", "cpp_", name)
+    return name if name.startswith("cpp_") else f"cpp_{name}"
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _KernelWriter:
+    def __init__(self, group: KernelGroup, schedule: Schedule) -> None:
+        self.group = group
+        self.schedule = schedule
+        self.name = _sanitize(group.name)
+        self.steps = {s.name: s for s in group.steps}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.scopes: list[dict] = [{}]
+        self.counter = 0
+        self.ptrs: dict[str, str] = {}
+        self.params: list[str] = []
+        self.arg_names: list[str] = []
+        writes = set(group.writes)
+        for k, buf in enumerate(b for b in group.reads if b not in writes):
+            self._param(buf, f"in_ptr{k}", const=True)
+        for k, buf in enumerate(group.writes):
+            self._param(buf, f"out_ptr{k}", const=False)
+
+    def _param(self, buf: str, cname: str, const: bool) -> None:
+        layout = self.schedule.buffers[buf]
+        ctype = STORAGE_TYPE[layout.dtype]
+        self.params.append(f"{'const ' if const else ''}{ctype}* {cname}")
+        self.ptrs[buf] = cname
+        self.arg_names.append(buf)
+
+    # -- lines and scopes --
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def open(self, header: str, pragma: str | None = None) -> None:
+        if pragma:
+            self.emit(pragma)
+        self.emit(header + " {")
+        self.depth += 1
+        self.scopes.append({})
+
+    def close(self) -> None:
+        self.scopes.pop()
+        self.depth -= 1
+        self.emit("}")
+
+    def tmp(self, prefix: str = "tmp") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter - 1}"
+
+    def lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def bind(self, key, var: str, keep=None) -> None:
+        self.scopes[-1][key] = (var, keep)
+
+    # -- values --
+
+    def value(self, v: Value) -> str:
+        """A C++ expression for `v`, emitting temporaries for its loads and operations."""
+        found = self.lookup(("id", id(v)))
+        if found is not None:
+            return found[0]
+        if isinstance(v, Constant):
+            return c_constant(v.value, v.dtype)
+        if isinstance(v, IndexValue):
+            return f"static_cast<{COMPUTE_TYPE[v.dtype]}>({c_index(v.index)})"
+        if isinstance(v, Ref):
+            return self.ref(v.name)
+        if isinstance(v, Load):
+            expr = self._load(v)
+        elif isinstance(v, Op):
+            expr = op_expr(v, [self.value(c) for c in children(v)])
+        else:
+            raise TypeError(f"unknown IR value {v!r}")
+        var = self.tmp()
+        self.emit(f"const {COMPUTE_TYPE[v.dtype]} {var} = {expr};")
+        self.bind(("id", id(v)), var, keep=v)
+        return var
+
+    def _load(self, load: Load) -> str:
+        layout = self.schedule.buffers[load.buf]
+        ptr = self.ptrs[load.buf]
+        index = c_index(layout.index(load.indices))
+        expr = _load_expr(ptr, index, layout.dtype)
+        if layout.dtype != load.dtype:
+            expr = _convert(expr, layout.dtype, load.dtype)
+        if load.mask is None:
+            return expr
+        mask = self.value(load.mask)
+        return f"({mask} ? {expr} : static_cast<{COMPUTE_TYPE[load.dtype]}>(0))"
+
+    def ref(self, name: str) -> str:
+        found = self.lookup(("step", name))
+        if found is not None:
+            return found[0]
+        step = self.steps[name]
+        if step.reduction_type is not None:
+            raise AssertionError(f"reduction {name} read before its loop finished")
+        # An inner step of an earlier reduction loop: recompute it at this point.
+        var = self.value(step.value)
+        self.bind(("step", name), var)
+        return var
+
+    def store(self, step: Step, var: str) -> None:
+        if step.store is None:
+            return
+        layout = self.schedule.buffers[step.name]
+        index = c_index(layout.index(step.store))
+        self.emit(f"{self.ptrs[step.name]}[{index}] = {_store_expr(var, layout.dtype)};")
+
+    # -- kernels --
+
+    def write(self) -> str:
+        group = self.group
+        if group.kind == "pointwise" or not group.reduction:
+            self._pointwise()
+        else:
+            self._reduction()
+        lines = self._header()
+        lines.append(f'extern "C" void {self.name}({", ".join(self.params)}) {{')
+        lines.extend(self.lines)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _header(self) -> list[str]:
+        group = self.group
+        out = [f"// {self.name}: {group.kind} kernel"]
+        if group.origins:
+            out.append(f"// fused FX nodes: {', '.join(group.origins)}")
+        seen = set()
+        for origin in group.origins:
+            line = self.schedule.source_lines.get(origin)
+            if line is None:
+                continue
+            where = f"{getattr(line, 'filename', '?')}:{getattr(line, 'lineno', '?')}"
+            if where in seen:
+                continue
+            seen.add(where)
+            text = _comment(getattr(line, "text", ""))
+            out.append(f"//   {where}: {text}"[:200])
+        return out
+
+    def _loop_order(self) -> list[Var]:
+        """Outer variables ordered so the smallest stride of the first store is innermost
+        (channels-last and transposed outputs then write contiguously)."""
+        outer = list(self.group.outer)
+        stored = next((s for s in self.group.steps if s.store is not None), None)
+        if stored is None or len(outer) < 2:
+            return outer
+        addr = self.schedule.buffers[stored.name].index(stored.store)
+        strides = {}
+        for v in outer:
+            c = addr.coefficient(v)
+            strides[v] = abs(c) if c else None
+        if any(s is None for s in strides.values()):
+            return outer
+        return sorted(outer, key=lambda v: -strides[v])
+
+    def _pointwise(self) -> None:
+        order = self._loop_order()
+        numel = self.group.outer_numel
+        parallel = numel >= PARALLEL_MIN_WORK
+        if not order:
+            self._outer_body()
+            return
+        # Threads over the loops outside the innermost (collapsed into one range), or over
+        # the innermost loop itself when the outer ones are too short to share out.
+        outside = order[:-1]
+        outside_numel = math.prod(v.size for v in outside)
+        thread_inner = parallel and outside_numel < OUTER_MIN_POINTS
+        for k, var in enumerate(order):
+            pragma = None
+            if k == len(order) - 1:
+                pragma = (
+                    "#pragma omp parallel for simd schedule(static)"
+                    if thread_inner
+                    else "#pragma omp simd"
+                )
+            elif k == 0 and parallel and not thread_inner:
+                pragma = "#pragma omp parallel for" + (
+                    f" collapse({len(outside)})" if len(outside) > 1 else ""
+                )
+            self.open(
+                f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
+            )
+        self._outer_body()
+        for _ in order:
+            self.close()
+
+    def _outer_body(self) -> None:
+        for step in self.group.steps:
+            var = self.value(step.value)
+            self.bind(("step", step.name), var)
+            self.store(step, var)
+
+    # -- reduction kernels --
+
+    def _segments(self) -> list[tuple[str, list[Step]]]:
+        """Steps cut into ("outer", [step]) and ("loop", [inner steps]) pieces: a loop ends
+        where a step needs a reduction of the same loop finished."""
+        deps: dict[str, set[str]] = {}  # inner step -> reductions it reads (transitively)
+        segments: list[tuple[str, list[Step]]] = []
+        current: list[Step] | None = None
+        in_current: set[str] = set()
+        for step in self.group.steps:
+            refs = {v.name for v in _iter(step.value) if isinstance(v, Ref)}
+            needs = set()
+            for r in refs:
+                s = self.steps.get(r)
+                if s is not None and s.reduction_type is not None:
+                    needs.add(r)
+                needs |= deps.get(r, set())
+            if step.loop == "outer":
+                current = None
+                segments.append(("outer", [step]))
+                continue
+            deps[step.name] = needs
+            if current is None or needs & in_current:
+                current = []
+                in_current = set()
+                segments.append(("loop", current))
+            current.append(step)
+            if step.reduction_type is not None:
+                in_current.add(step.name)
+        return segments
+
+    def _reduction(self) -> None:
+        group = self.group
+        segments = self._segments()
+        work = group.outer_numel * group.reduction_numel
+        big = work >= PARALLEL_MIN_WORK
+        outer = list(group.outer)
+        split = (
+            big
+            and group.outer_numel < OUTER_MIN_POINTS
+            and len([s for s in segments if s[0] == "loop"]) == 1
+            and all(s.store is None for kind, ss in segments if kind == "loop" for s in ss)
+            and all(
+                s.reduction_type not in ("argmax", "argmin")
+                for kind, ss in segments
+                if kind == "loop"
+                for s in ss
+            )
+        )
+        parallel_outer = big and not split and outer
+        for k, var in enumerate(outer):
+            pragma = None
+            if k == 0 and parallel_outer:
+                pragma = "#pragma omp parallel for" + (
+                    f" collapse({len(outer)})" if len(outer) > 1 else ""
+                )
+            self.open(
+                f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
+            )
+        for kind, steps in segments:
+            if kind == "outer":
+                step = steps[0]
+                var = self.value(step.value)
+                self.bind(("step", step.name), var)
+                self.store(step, var)
+            else:
+                self._reduction_loop(steps, split)
+        for _ in outer:
+            self.close()
+
+    def _reduction_loop(self, steps: list[Step], split: bool) -> None:
+        accs = []
+        for step in steps:
+            if step.reduction_type is None:
+                continue
+            value_ctype = COMPUTE_TYPE[step.value.dtype]
+            kind = step.reduction_type
+            if kind in ("argmax", "argmin", "max", "min"):
+                ctype = value_ctype
+            elif kind in ("any", "all"):
+                ctype = "int"
+            else:
+                ctype = COMPUTE_TYPE[step.dtype]
+            acc = _Accumulator(step, self.tmp("acc"), ctype, value_ctype=value_ctype)
+            if kind in ("max", "min") and value_ctype in ("float", "double"):
+                acc.nan = self.tmp("nan")
+            if kind in ("argmax", "argmin"):
+                acc.index = self.tmp("pos")
+            accs.append(acc)
+            for line in acc.declare():
+                self.emit(line)
+        clauses = " ".join(c for a in accs for c in a.clauses())
+        vectorise = all(a.clauses() for a in accs)
+        rvars = list(self.group.reduction)
+        position = c_index(_flat(rvars))
+        for k, var in enumerate(rvars):
+            innermost = k == len(rvars) - 1
+            pragma = None
+            if split and k == 0:
+                simd = " simd" if innermost and vectorise else ""
+                collapse = f" collapse({len(rvars) - 1})" if len(rvars) > 2 else ""
+                pragma = f"#pragma omp parallel for{simd}{collapse} {clauses}".rstrip()
+            elif innermost and vectorise:
+                pragma = f"#pragma omp simd {clauses}".rstrip()
+            self.open(
+                f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
+            )
+        by_step = {a.step.name: a for a in accs}
+        for step in steps:
+            var = self.value(step.value)
+            if step.reduction_type is None:
+                self.bind(("step", step.name), var)
+                self.store(step, var)
+            else:
+                for line in by_step[step.name].combine(var, position):
+                    self.emit(line)
+        for _ in rvars:
+            self.close()
+        for acc in accs:
+            result = self.tmp("red")
+            self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {acc.result()};")
+            self.bind(("step", acc.step.name), result)
+            self.store(acc.step, result)
+
+
+def _iter(value: Value):
+    stack = [value]
+    seen = set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        yield v
+        stack.extend(children(v))
+
+
+def _flat(rvars: Sequence[Var]) -> Index:
+    out = Index()
+    stride = 1
+    for var in reversed(rvars):
+        out = out + Index.of(var) * stride
+        stride *= max(var.size, 1)
+    return out
+
+
+# ---- the emitter and its loaded kernels ---------------------------------------------------
+
+
+class CppKernel:
+    """A loaded C++ kernel: call it with the tensors of its parameters, in order."""
+
+    def __init__(self, name: str, function, nargs: int) -> None:
+        self.name = name
+        self.function = function
+        function.argtypes = [ctypes.c_void_p] * nargs
+        function.restype = None
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        self.function(*[t.data_ptr() for t in tensors])
+
+    def __repr__(self) -> str:
+        return f"<C++ kernel {self.name}>"
+
+
+def emit_kernel_source(group: KernelGroup, schedule: Schedule) -> tuple[str, str, list[str]]:
+    """(function name, C++ function text, buffer names of its parameters in order)."""
+    writer = _KernelWriter(group, schedule)
+    source = writer.write()
+    return writer.name, source, writer.arg_names
+
+
+def _bytes(schedule: Schedule, names: Sequence[str]) -> int:
+    total = 0
+    for name in names:
+        layout = schedule.buffers[name]
+        total += layout.numel * layout.dtype.itemsize
+    return total
+
+
+def translation_units(kernels: Sequence[KernelSource], parts: int) -> list[list[int]]:
+    """Kernel positions split into at most `parts` units of similar source size, so the
+    compiler processes (one per core) finish together."""
+    parts = max(1, min(parts, len(kernels)))
+    units: list[list[int]] = [[] for _ in range(parts)]
+    sizes = [0] * parts
+    for k in sorted(range(len(kernels)), key=lambda k: -len(kernels[k].source)):
+        j = sizes.index(min(sizes))
+        units[j].append(k)
+        sizes[j] += len(kernels[k].source)
+    return [sorted(u) for u in units if u]
+
+
+class CppEmitter:
+    """The KernelEmitter for CPU tensors (see compiler/codegen/common.py)."""
+
+    language = "cpp"
+
+    def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
+        name, source, args = emit_kernel_source(group, schedule)
+        loops = " x ".join(str(v.size) for v in group.outer) or "1"
+        if group.reduction:
+            loops += " (reduce " + " x ".join(str(v.size) for v in group.reduction) + ")"
+        return KernelSource(
+            name=name,
+            language="cpp",
+            source=source,
+            call=f"{name}({', '.join(args)})",
+            grid=loops,
+            config={"threads": "openmp" if "omp parallel" in source else "1"},
+            bytes_accessed=_bytes(schedule, list(dict.fromkeys([*group.reads, *group.writes]))),
+        )
+
+    def load(self, kernel: KernelSource, mode: str | None = None) -> CppKernel:
+        return self.load_many([kernel], mode)[0]
+
+    def load_many(
+        self, kernels: Sequence[KernelSource], mode: str | None = None
+    ) -> list[CppKernel]:
+        """Compile kernels together: one translation unit per core, built in parallel."""
+        units = translation_units(kernels, os.cpu_count() or 1)
+        sources = [PRELUDE + "\n" + "\n".join(kernels[k].source for k in unit) for unit in units]
+        libs = cpp_build.load_many(sources)
+        out: list[CppKernel | None] = [None] * len(kernels)
+        for unit, lib in zip(units, libs):
+            for k in unit:
+                kernel = kernels[k]
+                nargs = len(kernel.call[len(kernel.name) + 1 : -1].split(", "))
+                out[k] = CppKernel(kernel.name, getattr(lib, kernel.name), nargs)
+        return [k for k in out if k is not None]
+
+
+EMITTER = CppEmitter()

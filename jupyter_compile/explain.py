@@ -1,0 +1,133 @@
+"""The `%explain` view: what `compiler.explain(fn)(*args)` found, made readable.
+
+The ExplainOutput is read by attribute (graph_count, graph_break_count, break_reasons,
+ops_per_graph, out_guards, compile_times, and `report` when present) so that the view
+follows what `torch._dynamo.explain` reports; with a `report` (a CompiledReport), the
+annotated source and the graphs are drawn as in the inspector.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.records import CompiledReport, GraphBreak, SourceLine
+from jupyter_compile.html import badge, details, esc, heading, highlight, note, table
+
+
+def _lines(stack: Any) -> list[SourceLine]:
+    """A break's user stack as SourceLines (ours, or traceback.FrameSummary-like objects)."""
+    out = []
+    for frame in stack or []:
+        if isinstance(frame, SourceLine):
+            out.append(frame)
+        else:
+            out.append(
+                SourceLine(
+                    getattr(frame, "filename", "?"),
+                    getattr(frame, "lineno", 0) or 0,
+                    getattr(frame, "line", "") or "",
+                    getattr(frame, "name", ""),
+                )
+            )
+    return out
+
+
+def _break_rows(out: Any) -> list[tuple[object, ...]]:
+    rows = []
+    for i, brk in enumerate(getattr(out, "break_reasons", None) or []):
+        reason = brk.reason if hasattr(brk, "reason") else str(brk)
+        stack = _lines(getattr(brk, "user_stack", None))
+        at = stack[-1] if stack else None
+        rows.append(
+            (
+                i,
+                reason,
+                f"{at.filename}:{at.lineno}" if at else "",
+                at.text.strip() if at else "",
+            )
+        )
+    return rows
+
+
+def _op_name(op: Any) -> str:
+    target = getattr(op, "target", op)  # an fx.Node, or an op
+    return getattr(target, "__name__", None) or str(target)
+
+
+def render(out: Any, title: str) -> str:
+    """The static HTML of an explain result."""
+    graphs = getattr(out, "graph_count", None)
+    breaks = getattr(out, "graph_break_count", None)
+    ops_per_graph = getattr(out, "ops_per_graph", None) or []
+    parts = [
+        f'<div style="font-weight: 700; font-size: 14px;">%explain {esc(title)}</div>',
+        badge("graphs", graphs if graphs is not None else "?"),
+        badge("graph breaks", breaks if breaks is not None else "?"),
+        badge("ops", getattr(out, "op_count", sum(len(o) for o in ops_per_graph))),
+    ]
+    rows = _break_rows(out)
+    if rows:
+        parts.append(heading("graph breaks"))
+        parts.append(table(["#", "reason", "where", "source line"], rows, mono_cols=(3,)))
+    else:
+        parts.append(note("no graph breaks: the whole function was captured"))
+    report = getattr(out, "report", None)
+    if isinstance(report, CompiledReport) and report.functions:
+        from jupyter_compile.inspector import static_report
+
+        parts.append(static_report(title, report))
+    if ops_per_graph:
+        body = "".join(
+            details(
+                f"graph {i}: {len(ops)} ops",
+                esc(", ".join(_op_name(op) for op in ops)) or "(empty)",
+            )
+            for i, ops in enumerate(ops_per_graph)
+        )
+        parts.append(heading("ops per graph") + body)
+    guards = getattr(out, "out_guards", None) or []
+    if guards:
+        rows_g = [
+            (getattr(g, "kind", ""), getattr(g, "source", ""), getattr(g, "expr", str(g)))
+            for g in guards
+        ]
+        parts.append(
+            details(f"guards ({len(guards)})", table(["kind", "source", "expr"], rows_g, (1, 2)))
+        )
+    times = getattr(out, "compile_times", None)
+    if times:
+        parts.append(details("compile times", highlight(str(times), "text")))
+    return '<div class="jc-explain">' + "".join(parts) + "</div>"
+
+
+def break_text(brk: GraphBreak | Any) -> str:
+    stack = _lines(getattr(brk, "user_stack", None))
+    where = f"\n    {stack[-1]}" if stack else ""
+    return f"{getattr(brk, 'reason', brk)}{where}"
+
+
+def render_text(out: Any, title: str) -> str:
+    """The plain-text twin (terminals, logs)."""
+    lines = [
+        f"%explain {title}: {getattr(out, 'graph_count', '?')} graphs, "
+        f"{getattr(out, 'graph_break_count', '?')} graph breaks"
+    ]
+    for i, brk in enumerate(getattr(out, "break_reasons", None) or []):
+        lines.append(f"  break {i}: {break_text(brk)}")
+    for i, ops in enumerate(getattr(out, "ops_per_graph", None) or []):
+        lines.append(f"  graph {i}: {len(ops)} ops")
+    return "\n".join(lines)
+
+
+class ExplainView:
+    """What `%explain` displays: HTML in a notebook, text in a terminal."""
+
+    def __init__(self, out: Any, title: str) -> None:
+        self.out = out
+        self.title = title
+
+    def _repr_html_(self) -> str:
+        return render(self.out, self.title)
+
+    def __repr__(self) -> str:
+        return render_text(self.out, self.title)

@@ -1,0 +1,123 @@
+"""What every tab reads: the inspector's state and stable numbering of graphs and kernels.
+
+Graphs are numbered in report order (the function's own entries first, then callees'), the
+same numbers in every tab, so "graph 2" in the overview legend is "graph 2" in the dropdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from compiler.records import (
+    CompiledReport,
+    EntryRecord,
+    FunctionRecord,
+    GraphRecord,
+    KernelRecord,
+    SourceLine,
+)
+
+if TYPE_CHECKING:
+    from jupyter_compile.targets import Target
+    from jupyter_compile.timing import TimingResult
+
+
+@dataclass
+class InspectorState:
+    title: str
+    report: CompiledReport | None
+    target: Target | None = None
+    timing: TimingResult | None = None
+    compare_torch: bool = False
+    error: str | None = None  # why there is no report (never called yet, inspect failed)
+
+
+@dataclass(frozen=True)
+class GraphRef:
+    index: int
+    function: FunctionRecord
+    entry: EntryRecord
+    graph: GraphRecord
+
+    @property
+    def label(self) -> str:
+        where = (
+            f"{self.function.name}:{_first_line(self.graph)}"
+            if self.graph.source_lines
+            else self.function.name
+        )
+        return f"graph {self.index} · {where} · {self.graph.op_count} ops"
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    index: int
+    graph: GraphRef
+    kernel: KernelRecord
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel.name} ({self.kernel.language}, graph {self.graph.index})"
+
+
+def _first_line(graph: GraphRecord) -> int:
+    return min(s.lineno for s in graph.source_lines)
+
+
+def graph_refs(report: CompiledReport | None) -> list[GraphRef]:
+    refs: list[GraphRef] = []
+    for fn in report.functions if report is not None else []:
+        for entry in fn.entries:
+            if entry.graph is not None:
+                refs.append(GraphRef(len(refs), fn, entry, entry.graph))
+    return refs
+
+
+def kernel_refs(report: CompiledReport | None) -> list[KernelRef]:
+    refs: list[KernelRef] = []
+    for g in graph_refs(report):
+        for kernel in g.graph.kernels:
+            refs.append(KernelRef(len(refs), g, kernel))
+    return refs
+
+
+def compile_seconds(report: CompiledReport | None) -> float:
+    return sum(e.compile_time_s for e in report.entries) if report is not None else 0.0
+
+
+def line_span(fn: FunctionRecord) -> range:
+    return range(fn.firstlineno, fn.firstlineno + max(1, len(fn.source.splitlines())))
+
+
+def in_function(fn: FunctionRecord, line: SourceLine) -> bool:
+    return line.filename == fn.filename and line.lineno in line_span(fn)
+
+
+def where(line: SourceLine) -> str:
+    return f"{line.filename}:{line.lineno}"
+
+
+def structure_key(report: CompiledReport | None) -> tuple:
+    """Changes when anything the tabs draw changes, except hit counts (which change on every
+    call and would redraw the inspector after every cell)."""
+    if report is None:
+        return ()
+    return tuple(
+        (
+            id(fn),
+            len(fn.entries),
+            len(fn.warnings),
+            tuple(
+                (
+                    id(e),
+                    id(e.graph),
+                    len(e.guards),
+                    e.graph.fallback if e.graph else None,
+                    tuple(k.measured_ms for k in e.graph.kernels) if e.graph else (),
+                )
+                for e in fn.entries
+            ),
+        )
+        for fn in report.functions
+    )

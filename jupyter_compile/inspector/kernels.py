@@ -1,0 +1,101 @@
+"""Kernels tab, the kernel inspector: pick a kernel; read its source, where it came from (the
+FX nodes fused into it and the user lines behind them), and after a timing run its measured
+time and achieved bandwidth."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from compiler.records import KernelRecord
+from jupyter_compile.html import details, esc, heading, highlight, note, table
+from jupyter_compile.inspector.common import InspectorState, KernelRef, kernel_refs, where
+from jupyter_compile.timing import bandwidth_gbs
+
+STATIC_KERNEL_LIMIT = 12
+
+_LANGUAGE_LEXER = {"triton": "python", "cpp": "cpp", "extern": "python"}
+
+
+def facts(kernel: KernelRecord) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = [("language", kernel.language)]
+    if kernel.grid:
+        rows.append(("grid", kernel.grid))
+    if kernel.config:
+        rows.append(("config", ", ".join(f"{k}={v}" for k, v in kernel.config.items())))
+    if kernel.bytes_accessed:
+        rows.append(("bytes accessed", f"{kernel.bytes_accessed:,}"))
+    if kernel.measured_ms is not None:
+        rows.append(("measured time", f"{kernel.measured_ms * 1e3:.1f} µs"))
+        bw = bandwidth_gbs(kernel)
+        if bw is not None:
+            rows.append(("achieved bandwidth", f"{bw:.2f} GB/s"))
+    else:
+        rows.append(("measured time", "run timing (Timing tab) to measure"))
+    return rows
+
+
+def kernel_view(ref: KernelRef) -> str:
+    k = ref.kernel
+    parts = [table(["", ""], facts(k))]
+    if k.fused_nodes:
+        parts.append(heading(f"fused FX nodes ({len(k.fused_nodes)}) of graph {ref.graph.index}"))
+        parts.append(
+            '<div style="font-family: monospace; font-size: 12px;">'
+            + ", ".join(esc(n) for n in k.fused_nodes)
+            + "</div>"
+        )
+    if k.source_lines:
+        rows = [(where(s), s.function, s.text.strip()) for s in k.source_lines]
+        parts.append(heading("from these source lines"))
+        parts.append(table(["where", "function", "line"], rows, mono_cols=(2,)))
+    parts.append(heading("source"))
+    parts.append(highlight(k.source, _LANGUAGE_LEXER.get(k.language, "text"), max_height=520))
+    return "".join(parts)
+
+
+def render(state: InspectorState) -> str:
+    refs = kernel_refs(state.report)
+    if not refs:
+        backend = state.report.backend if state.report else ""
+        return note(
+            f"no kernels: the backend ({backend or 'unknown'}) generated none for these graphs"
+        )
+    parts = [
+        details(ref.label, kernel_view(ref), open_=(ref.index == 0))
+        for ref in refs[:STATIC_KERNEL_LIMIT]
+    ]
+    if len(refs) > STATIC_KERNEL_LIMIT:
+        parts.append(
+            note(f"{len(refs) - STATIC_KERNEL_LIMIT} more kernels are shown in the live inspector.")
+        )
+    return "".join(parts)
+
+
+class KernelsView:
+    title = "Kernels"
+
+    def __init__(self, state: InspectorState) -> None:
+        self.refs: list[KernelRef] = []
+        self.pick = widgets.Dropdown(
+            description="kernel", layout=widgets.Layout(width="min(100%, 640px)")
+        )
+        self.body = widgets.HTML()
+        self.widget = widgets.VBox([self.pick, self.body])
+        self.pick.observe(lambda _: self._show(), names="value")
+        self.update(state)
+
+    def update(self, state: InspectorState) -> None:
+        self.refs = kernel_refs(state.report)
+        self._empty = render(state) if not self.refs else ""
+        current = self.pick.value
+        self.pick.options = [(r.label, r.index) for r in self.refs]
+        if self.refs:
+            self.pick.value = current if current is not None and current < len(self.refs) else 0
+        self.pick.layout.display = "flex" if self.refs else "none"
+        self._show()
+
+    def _show(self) -> None:
+        if not self.refs or self.pick.value is None:
+            self.body.value = self._empty
+            return
+        self.body.value = kernel_view(self.refs[self.pick.value])

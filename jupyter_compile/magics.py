@@ -1,0 +1,235 @@
+"""`%%compile` and `%explain`: thin magics over the compiler's public API.
+
+Options are declared with `@magic_arguments`, so `%%compile?` and `%explain?` document
+themselves and a bad option is a `UsageError` (one line, the kernel unharmed). The work is
+elsewhere: `cell` runs the cell and rebinds what it defines, `targets` wraps the compiled
+objects, `inspector` draws them, `explain` draws an explain result.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import types
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+import compiler
+from jupyter_compile.cell import CellRun, run_transformed
+from jupyter_compile.explain import ExplainView
+from jupyter_compile.inspector import Inspector
+from jupyter_compile.targets import (
+    CompileOptions,
+    FunctionTarget,
+    ModuleClassTarget,
+    Target,
+    is_module_class,
+)
+
+COMPARE_CHOICES = ("eager", "torch")
+
+
+def message(text: str, level: str = "info") -> None:
+    """A short note under the cell, as text and as (escaped) HTML."""
+    color = {"info": "#555", "warning": "#8a6d3b", "error": "#a94442"}[level]
+    body = html.escape(text)
+    display(
+        {
+            "text/plain": f"%%compile: {text}",
+            "text/html": f'<div class="jc-message" style="color: {color};">%%compile: {body}</div>',
+        },
+        raw=True,
+    )
+
+
+@magics_class
+class CompileMagics(Magics):
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        # The latest inspector per name: redefining a function retires the old one's updates.
+        self.inspectors: dict[str, Inspector] = {}
+        self.targets: dict[str, Target] = {}
+
+    # -- %%compile ------------------------------------------------------------------------------
+
+    def _backend(self, name: str) -> Any:
+        """A registered backend name as is; else a callable of that name from the user's
+        namespace (a custom backend defined in an earlier cell)."""
+        try:
+            compiler.lookup_backend(name)
+            return name
+        except Exception:
+            pass
+        candidate = self.shell.user_ns.get(name)
+        if callable(candidate):
+            return candidate
+        known = ", ".join(sorted(compiler.list_backends()))
+        raise UsageError(f"unknown backend {name!r}; registered backends: {known}")
+
+    def _options(self, args: Any) -> tuple[CompileOptions, set[str]]:
+        compare = {c.strip() for c in (args.compare or "").split(",") if c.strip()}
+        unknown = compare - set(COMPARE_CHOICES)
+        if unknown:
+            raise UsageError(
+                f"--compare takes a comma-separated list of {', '.join(COMPARE_CHOICES)}; "
+                f"got {', '.join(sorted(unknown))}"
+            )
+        options = CompileOptions(
+            backend=self._backend(args.backend),
+            mode=args.mode,
+            fullgraph=args.fullgraph,
+            dynamic=True if args.dynamic else None,
+        )
+        return options, compare
+
+    def _hook(self, options: CompileOptions, run: CellRun, obj: Any, name: str) -> Any:
+        """Called by the transformed cell right after `name` was defined."""
+        try:
+            if is_module_class(obj):
+                run.compiled[name] = ModuleClassTarget(name, obj, options)
+                return obj
+            if isinstance(obj, type):
+                run.skipped.append((name, "a class that is not a torch.nn.Module subclass"))
+                return obj
+            if not callable(obj):
+                kind = type(obj).__name__
+                run.skipped.append((name, f"not callable after its decorators (it is a {kind})"))
+                return obj
+            target = FunctionTarget(name, obj, options)
+        except Exception as exc:  # compile() refused it: the cell goes on with the original
+            run.skipped.append((name, f"compiler.compile failed: {type(exc).__name__}: {exc}"))
+            return obj
+        run.compiled[name] = target
+        return target.callable
+
+    @magic_arguments()
+    @argument(
+        "--backend",
+        "-b",
+        default="inductor",
+        help="compiler backend: a registered name (see compiler.list_backends()) or the name "
+        "of a backend function defined in the notebook (default: inductor)",
+    )
+    @argument("--mode", "-m", default=None, help="compile mode, e.g. reduce-overhead, max-autotune")
+    @argument("--fullgraph", action="store_true", help="fail on a graph break instead of splitting")
+    @argument("--dynamic", action="store_true", help="compile with dynamic shapes")
+    @argument(
+        "--compare",
+        default="",
+        metavar="eager,torch",
+        help="after the cell, time the last call of each compiled function against eager "
+        "(and against torch.compile with 'torch', shown as a separate labelled column)",
+    )
+    @argument("--no-inspect", action="store_true", help="do not show inspectors under the cell")
+    @cell_magic("compile")
+    def compile_cell(self, line: str, cell: str) -> None:
+        """Run the cell, compiling every function and nn.Module class it defines.
+
+        Right after each top-level `def` or `class` statement the name is rebound to its
+        compiled version, so later calls in the same cell already go through the compiler.
+        Decorators are kept (the decorated result is compiled); nn.Module classes stay the
+        same class, with instance calls compiled. Under the cell, one inspector per compiled
+        function follows it as later cells call it.
+        """
+        args = parse_argstring(self.compile_cell, line)
+        options, compare = self._options(args)
+        run = CellRun()
+        result = run_transformed(
+            self.shell, cell, lambda obj, name: self._hook(options, run, obj, name)
+        )
+
+        for name, reason in run.skipped:
+            message(f"left {name} uncompiled: {reason}", "warning")
+        for name, target in run.compiled.items():
+            self.targets[name] = target
+            if name in self.inspectors:
+                self.inspectors.pop(name).detach()
+            if args.no_inspect:
+                continue
+            inspector = Inspector(
+                title=name,
+                fetch=target.report,
+                target=target,
+                compare_torch="torch" in compare,
+                subtitle=f"{target.kind} · {options.describe()}",
+            )
+            self.inspectors[name] = inspector
+            if compare and result.success:
+                self._time(inspector, name)
+            inspector.show()
+
+        error = result.error_before_exec or result.error_in_exec
+        if error is not None:
+            done = ", ".join(run.compiled) or "nothing"
+            raise UsageError(
+                f"the %%compile cell raised {type(error).__name__} (traceback above); "
+                f"compiled before it: {done}"
+            )
+        if not run.compiled and not run.skipped:
+            message("the cell defines no top-level function or nn.Module class to compile")
+
+    def _time(self, inspector: Inspector, name: str) -> None:
+        target = inspector.state.target
+        if target is None or target.timing_inputs() is None:
+            message(f"{name} was not called in the cell, so there is nothing to time yet")
+            return
+        try:
+            inspector.run_timing()
+        except Exception as exc:
+            message(f"timing {name} failed: {type(exc).__name__}: {exc}", "error")
+
+    # -- %explain -------------------------------------------------------------------------------
+
+    def _unwrap(self, fn: Any) -> Any:
+        """What to hand to compiler.explain: the user's own function, not our wrappers."""
+        target = getattr(fn, "__jupyter_compile__", None)
+        if isinstance(target, FunctionTarget):
+            return target.original
+        forward = getattr(type(fn), "forward", None)
+        target = getattr(forward, "__jupyter_compile__", None)
+        if isinstance(fn, types.MethodType) or not isinstance(target, ModuleClassTarget):
+            return fn
+        return types.MethodType(target.forward, fn)
+
+    def _parse_call(self, text: str) -> tuple[Any, tuple, dict, str]:
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise UsageError(f"%explain needs a call, e.g. %explain fn(x, y): {exc.msg}") from None
+        call = tree.body
+        if not isinstance(call, ast.Call):
+            raise UsageError("%explain needs a call, e.g. %explain fn(x, y)")
+        ns = self.shell.user_ns
+        fn_expr = ast.unparse(call.func)
+        fn = eval(compile(ast.Expression(call.func), "<%explain>", "eval"), ns)
+        if not callable(fn):
+            raise UsageError(f"{fn_expr} is not callable (it is a {type(fn).__name__})")
+        collect = ast.Call(ast.Name("__jc_collect__", ast.Load()), call.args, call.keywords)
+        expr = ast.fix_missing_locations(ast.Expression(collect))
+        helper = {"__jc_collect__": lambda *a, **k: (a, k)}
+        args, kwargs = eval(compile(expr, "<%explain>", "eval"), ns, helper)
+        return fn, args, kwargs, fn_expr
+
+    @magic_arguments()
+    @argument("-o", "--output", action="store_true", help="return the ExplainOutput object")
+    @line_magic("explain")
+    def explain_line(self, line: str) -> Any:
+        """%explain [-o] fn(args...): run compiler.explain(fn)(args...) and show the graph
+        count, each graph break with its reason and source line, the ops of each graph and
+        the guards."""
+        options, rest = [], line.strip()
+        while rest.startswith("-"):
+            token, _, rest = rest.partition(" ")
+            options.append(token)
+            rest = rest.strip()
+        opts = parse_argstring(self.explain_line, " ".join(options))
+        if not rest:
+            raise UsageError("%explain needs a call, e.g. %explain fn(x, y)")
+        fn, args, kwargs, title = self._parse_call(rest)
+        out = compiler.explain(self._unwrap(fn))(*args, **kwargs)
+        display(ExplainView(out, title))
+        return out if opts.output else None

@@ -1,0 +1,190 @@
+"""What `%%compile` compiled: a function, or an nn.Module class.
+
+A target owns the compiled callable, remembers the most recent call's arguments (the timing
+view re-runs them), and asks the compiler for its inspection report. Only the public API is
+used: `compiler.compile` and `compiler.inspect`.
+
+Module classes are compiled per instance without replacing the class: the class's `forward`
+is swapped for a small function that sends the call to `compiler.compile` of the *original*
+forward bound to that instance. `nn.Module.__call__` (hooks included) still runs first, and
+the class object, `isinstance`, attributes, parameters and `state_dict` are untouched because
+nothing is stored on the instance.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import compiler
+from compiler.records import CompiledReport
+from jupyter_compile.progress import CompileProgress, SignatureLog, call_signature
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    backend: str = "inductor"
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "mode": self.mode,
+            "fullgraph": self.fullgraph,
+            "dynamic": self.dynamic,
+        }
+
+    def describe(self) -> str:
+        parts = [f"backend={self.backend}"]
+        if self.mode:
+            parts.append(f"mode={self.mode}")
+        if self.fullgraph:
+            parts.append("fullgraph")
+        if self.dynamic:
+            parts.append("dynamic")
+        return ", ".join(parts)
+
+
+@dataclass
+class TimingInputs:
+    """Everything a timing run needs: the same call made eagerly and compiled, and the plain
+    Python callable to hand to torch.compile for the comparison column."""
+
+    eager: Callable
+    compiled: Callable
+    uncompiled: Callable
+    args: tuple
+    kwargs: dict
+
+
+class Target:
+    """Base of the two kinds; `name` is the user's name for it in the cell."""
+
+    kind = ""
+
+    def __init__(self, name: str, options: CompileOptions) -> None:
+        self.name = name
+        self.options = options
+        self.signatures = SignatureLog()
+        self.last_args: tuple | None = None
+        self.last_kwargs: dict | None = None
+        self.calls = 0
+
+    def _run(self, compiled: Callable, args: tuple, kwargs: dict, owner: object = None) -> Any:
+        self.last_args, self.last_kwargs = args, kwargs
+        self.calls += 1
+        if not self.signatures.is_new(call_signature(args, kwargs, owner)):
+            return compiled(*args, **kwargs)
+        with CompileProgress(self.name):
+            return compiled(*args, **kwargs)
+
+    def report(self) -> CompiledReport | None:
+        raise NotImplementedError
+
+    def timing_inputs(self) -> TimingInputs | None:
+        raise NotImplementedError
+
+
+class FunctionTarget(Target):
+    """A top-level function (decorators already applied) rebound to a recording wrapper."""
+
+    kind = "function"
+
+    def __init__(self, name: str, original: Callable, options: CompileOptions) -> None:
+        super().__init__(name, options)
+        self.original = original
+        self.compiled = compiler.compile(original, **options.kwargs())
+        self.callable = self._wrapper()
+
+    def _wrapper(self) -> Callable:
+        target, compiled = self, self.compiled
+
+        def compiled_call(*args, **kwargs):
+            return target._run(compiled, args, kwargs)
+
+        try:
+            functools.update_wrapper(compiled_call, self.original)
+        except (AttributeError, TypeError):  # a callable object without __name__ and friends
+            compiled_call.__name__ = self.name
+        compiled_call.__jupyter_compile__ = self
+        return compiled_call
+
+    def report(self) -> CompiledReport | None:
+        return compiler.inspect(self.compiled)
+
+    def timing_inputs(self) -> TimingInputs | None:
+        if self.last_args is None:
+            return None
+        return TimingInputs(
+            self.original,
+            self.compiled,
+            self.original,
+            self.last_args,
+            dict(self.last_kwargs or {}),
+        )
+
+
+def is_module_class(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, torch.nn.Module)
+
+
+class ModuleClassTarget(Target):
+    """An nn.Module subclass whose instances run their forward through the compiler."""
+
+    kind = "nn.Module class"
+
+    def __init__(self, name: str, cls: type, options: CompileOptions) -> None:
+        super().__init__(name, options)
+        self.cls = cls
+        self.forward = cls.forward
+        self._compiled: weakref.WeakKeyDictionary[torch.nn.Module, Callable] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._last_instance: weakref.ref | None = None
+        self._install()
+
+    def _install(self) -> None:
+        target = self
+
+        def forward(module, *args, **kwargs):
+            return target.call(module, args, kwargs)
+
+        functools.update_wrapper(forward, self.forward)
+        forward.__jupyter_compile__ = self
+        self.cls.forward = forward
+
+    def compiled_for(self, module: torch.nn.Module) -> Callable:
+        compiled = self._compiled.get(module)
+        if compiled is None:
+            bound = types.MethodType(self.forward, module)
+            compiled = compiler.compile(bound, **self.options.kwargs())
+            self._compiled[module] = compiled
+        return compiled
+
+    def call(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        self._last_instance = weakref.ref(module)
+        return self._run(self.compiled_for(module), args, kwargs, owner=module)
+
+    def last_instance(self) -> torch.nn.Module | None:
+        return self._last_instance() if self._last_instance is not None else None
+
+    def report(self) -> CompiledReport | None:
+        module = self.last_instance()
+        return compiler.inspect(self.compiled_for(module)) if module is not None else None
+
+    def timing_inputs(self) -> TimingInputs | None:
+        module = self.last_instance()
+        if module is None or self.last_args is None:
+            return None
+        bound = types.MethodType(self.forward, module)
+        return TimingInputs(
+            bound, self.compiled_for(module), bound, self.last_args, dict(self.last_kwargs or {})
+        )

@@ -282,9 +282,10 @@ def assert_explain(
 ) -> Any:
     compiler.reset()
     out = compiler.explain(fn)(*make(list(arg_factories)), **make(dict(kwargs or {})))
-    assert _matches(graphs, out.graph_count), f"explain: graph_count {out.graph_count}, expected {graphs}\n{out}"
+    reasons = "\n".join(f"  break: {r.reason} at {r.user_stack[-1:]}" for r in out.break_reasons)
+    assert _matches(graphs, out.graph_count), f"explain: graph_count {out.graph_count}, expected {graphs}\n{reasons}"
     assert _matches(breaks, out.graph_break_count), (
-        f"explain: graph_break_count {out.graph_break_count}, expected {breaks}\n{out}"
+        f"explain: graph_break_count {out.graph_break_count}, expected {breaks}\n{reasons}"
     )
     assert len(out.break_reasons) == out.graph_break_count, "one break reason per break"
     return out

@@ -238,11 +238,12 @@ class _Accumulator:
         return self.step.reduction_type
 
     def declare(self) -> list[str]:
-        init = {
-            "sum": "0", "prod": "1", "any": "0", "all": "1",
-            "max": _lowest(self.ctype), "min": _highest(self.ctype),
-            "argmax": _lowest(self.ctype), "argmin": _highest(self.ctype),
-        }[self.kind]  # fmt: skip
+        if self.kind in ("max", "argmax"):
+            init = _lowest(self.ctype)
+        elif self.kind in ("min", "argmin"):
+            init = _highest(self.ctype)
+        else:
+            init = {"sum": "0", "prod": "1", "any": "0", "all": "1"}[self.kind]
         lines = [f"{self.ctype} {self.acc} = {init};"]
         if self.nan:
             lines.append(f"int {self.nan} = 0;")
@@ -541,7 +542,12 @@ class _KernelWriter:
             big
             and group.outer_numel < OUTER_MIN_POINTS
             and len([s for s in segments if s[0] == "loop"]) == 1
-            and all(s.store is None for kind, ss in segments if kind == "loop" for s in ss)
+            and all(
+                s.store is None or s.reduction_type is not None
+                for kind, ss in segments
+                if kind == "loop"
+                for s in ss
+            )
             and all(
                 s.reduction_type not in ("argmax", "argmin")
                 for kind, ss in segments

@@ -36,7 +36,7 @@ from compiler.ir.index import Index, Var, contiguous_strides, make_vars
 # condition and the comparisons' results, which are bool.
 OPS: dict[str, int] = {
     # arithmetic
-    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "remainder": 2, "fmod": 2,
+    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "truncdiv": 2, "remainder": 2, "fmod": 2,
     "neg": 1, "abs": 1, "sign": 1, "reciprocal": 1, "pow": 2, "maximum": 2, "minimum": 2,
     # transcendental
     "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1,
@@ -58,9 +58,12 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 
 @dataclass(frozen=True)
 class Load:
-    """Element `indices` (one Index per dimension of the buffer: logical coordinates, not a
-    memory offset) of buffer `buf`. Emitters turn it into an address with the buffer's
-    Layout (`layout.index(indices)`), so inlining a producer is substituting its `i*` vars.
+    """Element `indices` (one per dimension of the buffer: logical coordinates, not a memory
+    offset) of buffer `buf`. Emitters turn it into an address with the buffer's Layout (see
+    `address`), so inlining a producer is substituting its `i*` vars.
+
+    An entry is an `Index`, or for gathers (embedding, index, gather) an integer `Value`
+    computed at run time ("indirect indexing"), already wrapped into `0 .. size - 1`.
 
     With a `mask` (a bool Value), the load only happens where the mask is true and yields 0
     elsewhere; lowering uses it for padding and concatenation, always under a `where` on the
@@ -68,7 +71,7 @@ class Load:
     """
 
     buf: str
-    indices: tuple[Index, ...]
+    indices: tuple["Index | Value", ...]
     dtype: torch.dtype
     mask: "Value | None" = None
 
@@ -112,8 +115,9 @@ Value = Union[Load, Constant, IndexValue, Op, Ref]
 def children(value: Value) -> tuple[Value, ...]:
     if isinstance(value, Op):
         return value.args
-    if isinstance(value, Load) and value.mask is not None:
-        return (value.mask,)
+    if isinstance(value, Load):
+        out = tuple(i for i in value.indices if not isinstance(i, Index))
+        return out + ((value.mask,) if value.mask is not None else ())
     return ()
 
 
@@ -182,6 +186,19 @@ class Layout:
         for i, st in zip(indices, self.stride):
             out = out + Index.of(i) * st
         return out
+
+
+def address(layout: Layout, indices: tuple) -> tuple[Index, list[tuple["Value", int]]]:
+    """The element offset of `indices` in a buffer of `layout`: the static part as an Index,
+    and the indirect entries as (integer Value, stride) pairs to add to it."""
+    static = Index.of(layout.offset)
+    dynamic: list[tuple[Value, int]] = []
+    for i, st in zip(indices, layout.stride):
+        if isinstance(i, Index):
+            static = static + i * st
+        elif st != 0:
+            dynamic.append((i, st))
+    return static, dynamic
 
 
 @dataclass(frozen=True)

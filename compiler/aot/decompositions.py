@@ -1,0 +1,74 @@
+"""The decomposition table: which aten ops are rewritten into simpler aten ops before lowering.
+
+We start from torch._decomp's core aten set (what every backend is expected to handle) and add
+the composite ops that are better expressed through the lowerings we have: normalisations
+(inference batch norm, layer norm, group norm) and softmax become reductions and pointwise
+ops the scheduler can fuse; activations become pointwise math. Ops we lower directly
+(max/avg pooling, embedding, mm, convolution) are removed from the table so they reach the
+lowering intact.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+EXTRA_DECOMPOSITIONS = [
+    aten.native_batch_norm,
+    aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional,
+    aten.native_layer_norm,
+    aten.native_group_norm,
+    aten._softmax,
+    aten._log_softmax,
+    aten.gelu,
+    aten.hardtanh,
+    aten.leaky_relu,
+    aten.elu,
+    aten.clamp_min,
+    aten.clamp_max,
+    aten.native_dropout,
+    aten.dropout,
+    aten._to_copy,
+    aten.mean,
+    aten.var,
+    aten.var_mean,
+    aten.std,
+    aten.unsqueeze,
+    aten.flip,
+    aten.index_select,
+    aten.slice_scatter,
+    aten.repeat,
+]
+
+# Lowered directly (compiler/lowering/*): keep them whole even if the core set decomposes them.
+KEEP = [
+    aten.max_pool2d_with_indices,
+    aten.avg_pool2d,
+    aten._adaptive_avg_pool2d,
+    aten.embedding,
+    aten.addmm,
+    aten.mm,
+    aten.bmm,
+    aten.convolution,
+    aten._scaled_dot_product_flash_attention,
+    aten._scaled_dot_product_efficient_attention,
+    aten.amax,
+    aten.amin,
+    aten.any,
+    aten.prod,
+]
+
+
+@functools.lru_cache(maxsize=None)
+def decomposition_table() -> dict:
+    """OpOverload -> Python decomposition, built once."""
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
+    keep = {op for packet in KEEP for op in (getattr(packet, o) for o in packet.overloads())}
+    return {op: fn for op, fn in table.items() if op not in keep}

@@ -1,0 +1,81 @@
+"""Torch-level FX graph -> functional aten graph (inference only).
+
+`make_fx` re-traces the graph through the dispatcher under FakeTensorMode, applying our
+decomposition table; `functionalize` turns in-place ops (`relu_`) into their functional forms.
+Every aten node remembers the user-graph node it came from (`from_node`), so kernels can name
+the FX nodes and source lines fused into them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.fx
+import torch.fx.traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.func import functionalize
+
+from compiler.aot.decompositions import decomposition_table
+from compiler.records import SourceLine
+
+
+@dataclass
+class AotGraph:
+    gm: torch.fx.GraphModule  # the functional aten graph; placeholders are the inputs, in order
+    origins: dict[str, tuple[str, ...]] = field(default_factory=dict)  # aten node -> FX nodes
+    source_lines: dict[str, SourceLine] = field(default_factory=dict)  # FX node -> user line
+
+
+def needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
+    """True when eager would record autograd history for this graph's outputs."""
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    tensors += list(gm.parameters())
+    return any(t.requires_grad for t in tensors)
+
+
+def trace_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> AotGraph:
+    """The functional aten graph of `gm` for inputs shaped like `example_inputs`."""
+
+    def run(*args):
+        return torch.fx.Interpreter(gm).run(*args)
+
+    with fx_traceback.preserve_node_meta(), torch.no_grad():
+        aten_gm = make_fx(
+            functionalize(run),
+            decomposition_table=decomposition_table(),
+            tracing_mode="fake",
+            _allow_non_fake_inputs=True,  # parameters stay real: they become constants
+        )(*example_inputs)
+    aten_gm.graph.eliminate_dead_code()  # functional: unused results (batch norm's stats) go
+    aten_gm.recompile()
+
+    lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
+    user_nodes = {n.name for n in gm.graph.nodes}
+    origins = {}
+    for node in aten_gm.graph.nodes:
+        names = dict.fromkeys(getattr(src, "name", str(src)) for src in node.meta.get("from_node", ()))
+        origins[node.name] = tuple(n for n in names if n in user_nodes)
+    return AotGraph(aten_gm, origins, lines)
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)\n\s*(?P<text>[^\n]*)')
+
+
+def source_line_of(node: torch.fx.Node) -> SourceLine | None:
+    """The user line an FX node came from: the tracer's SourceLine, or the last frame of a
+    `stack_trace` (what torch.fx.symbolic_trace and make_fx record)."""
+    line = node.meta.get("source_line")
+    if isinstance(line, SourceLine):
+        return line
+    trace = node.meta.get("stack_trace")
+    if isinstance(trace, str):
+        frames = list(_FRAME.finditer(trace))
+        if frames:
+            m = frames[-1]
+            return SourceLine(m["file"], int(m["line"]), m["text"], m["fn"].strip())
+    return None

@@ -69,9 +69,9 @@ def _note(text: str, busy: bool) -> HTML:
 class CompileProgress:
     """Context manager around one call that may compile."""
 
-    def __init__(self, name: str, delay_s: float = DELAY_S) -> None:
+    def __init__(self, name: str, delay_s: float | None = None) -> None:
         self.name = name
-        self.delay_s = delay_s
+        self.delay_s = DELAY_S if delay_s is None else delay_s
         self._handle = None
         self._lock = threading.Lock()
         self._done = False

@@ -30,7 +30,7 @@ class FakeCompiled:
         self.calls += 1
         shapes = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else repr(a) for a in args)
         if shapes not in self.seen:
-            reason = None if not self.seen else f"L['x'].size() == {next(iter(self.seen))}"
+            reason = None if not self.seen else f"L['x'].size() == {next(iter(self.seen))[0]}"
             self.seen.add(shapes)
             self.record.entries.append(_entry(self.fn, self.record, reason, self.options))
             records.notify(self.record)

@@ -44,7 +44,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: setup lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	JUPYTER_COMPILE_REQUIRE_BROWSER=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/

@@ -1,0 +1,209 @@
+"""The getting-started notebook in a real JupyterLab and a real browser.
+
+The test starts JupyterLab on localhost (a free port, no token, its own runtime, config and
+settings folders) serving a copy of notebooks/01_getting_started.ipynb, so autosave never
+writes outputs into the repository. Debian's headless Chromium, driven by Playwright, runs
+all cells and checks what a user would look at: the inspector's tabs switch when clicked, the
+Graphs tab draws an SVG, and the Kernels tab shows highlighted kernel source. Screenshots go
+to test-output/.
+
+Playwright's own browser download is not reachable from our machines, so the test uses
+/usr/bin/chromium (`make test` installs it) and never runs `playwright install`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = "01_getting_started.ipynb"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # we run as root
+    "--headless",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SERVER_START_S = 120
+RUN_ALL_S = 1200
+
+# Settings a fresh user would not have, set so the test sees every cell and no pop-ups:
+# windowing off keeps all cells in the DOM; news and update checks would need the network.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+
+if not CHROMIUM.exists():
+    if os.environ.get("CI") or os.environ.get("JUPYTER_COMPILE_REQUIRE_BROWSER"):
+        pytest.fail(f"{CHROMIUM} is missing; `make test` installs it with apt-get", pytrace=False)
+    pytest.skip(
+        f"{CHROMIUM} is not installed (apt-get install chromium; `make test` does it)",
+        allow_module_level=True,
+    )
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/status", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"JupyterLab did not answer in {SERVER_START_S}s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture
+def lab_url(tmp_path: Path, output_dir: Path) -> Iterator[str]:
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(REPO_ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
+    settings = tmp_path / "settings"
+    for rel, values in LAB_SETTINGS.items():
+        path = settings / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+    )
+    port = _free_port()
+    log = output_dir / "jupyterlab.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--allow-root",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={settings}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+    ]
+    with log.open("w") as log_file:
+        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_server(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _prompts(page) -> list[str]:
+    return page.eval_on_selector_all(
+        ".jp-Notebook .jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())"
+    )
+
+
+def _run_all_cells(page) -> None:
+    """Run all cells from the Run menu and wait until no cell is queued or running."""
+    before = _prompts(page)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    deadline = time.monotonic() + RUN_ALL_S
+    while True:
+        prompts = _prompts(page)
+        if prompts != before and not any("*" in p for p in prompts):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"cells still running after {RUN_ALL_S}s: {prompts}")
+        time.sleep(1)
+
+
+def _error_outputs(page) -> list[str]:
+    return page.eval_on_selector_all(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+        "els => els.map(e => e.textContent).filter(t => t.includes('Error'))",
+    )
+
+
+@pytest.mark.timeout(RUN_ALL_S + 300)
+def test_getting_started_renders_inspector_in_jupyterlab(lab_url: str, output_dir: Path) -> None:
+    console: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+            page.goto(f"{lab_url}/lab/tree/{NOTEBOOK}")
+            page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=120_000)
+            # "Idle" in the status bar once the kernel has started (it imports torch and the
+            # extension); Run All before that would ask which kernel to start.
+            page.locator("#jp-main-statusbar", has_text="| Idle").wait_for(timeout=180_000)
+
+            try:
+                _run_all_cells(page)
+            finally:
+                page.screenshot(path=str(output_dir / "after_run_all.png"), full_page=True)
+            prompts = _prompts(page)
+            assert all(p.startswith("[") and p[1:-2].isdigit() for p in prompts), (
+                f"not every cell ran: {prompts}\nerrors: {_error_outputs(page)}"
+            )
+
+            # The first inspector is the one under the sin/cos cell.
+            inspector = page.locator(".jp-OutputArea-output .widget-tab").first
+            inspector.scroll_into_view_if_needed()
+            for title in ("Overview", "Graphs", "Guards", "Kernels", "Timing"):
+                inspector.locator(".lm-TabBar-tab", has_text=title).wait_for()
+
+            inspector.locator(".lm-TabBar-tab", has_text="Graphs").click()
+            graph = inspector.locator("svg >> visible=true").first
+            graph.wait_for(timeout=30_000)
+            assert graph.locator("g").count() > 0, "the graph SVG is empty"
+            inspector.screenshot(path=str(output_dir / "inspector_graphs.png"))
+
+            inspector.locator(".lm-TabBar-tab", has_text="Kernels").click()
+            source = inspector.locator("pre >> visible=true").last
+            source.wait_for(timeout=30_000)
+            colored = source.locator("span[style*='color']")
+            assert colored.count() > 0, f"kernel source is not highlighted: {source.inner_text()}"
+            assert "cos" in source.inner_text() and "sin" in source.inner_text()
+            inspector.screenshot(path=str(output_dir / "inspector_kernels.png"))
+
+            inspector.locator(".lm-TabBar-tab", has_text="Overview").click()
+            inspector.locator(".jc-source >> visible=true").first.wait_for(timeout=30_000)
+            page.screenshot(path=str(output_dir / "inspector_overview.png"))
+        finally:
+            (output_dir / "browser_console.log").write_text("\n".join(console))
+            browser.close()

@@ -1,0 +1,258 @@
+"""The public API, mirroring torch.compile: compile, explain, export, reset, inspect."""
+
+from __future__ import annotations
+
+import functools
+import inspect as pyinspect
+import types
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+from compiler.backends.registry import backend_name, list_backends, lookup_backend, register_backend
+from compiler.explain import ExplainOutput, explain_records
+from compiler.records import CompiledReport, Guard
+from compiler.tracer.breaks import Unsupported
+from compiler.tracer.evaluator import CompileConfig, CompileContext, reset_all, run_function
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+__all__ = [
+    "compile",
+    "explain",
+    "export",
+    "optimize",
+    "reset",
+    "inspect",
+    "list_backends",
+    "lookup_backend",
+    "register_backend",
+    "Unsupported",
+]
+
+
+def compile(
+    model: Callable | None = None,
+    *,
+    backend: str | Callable = "inductor",
+    mode: str | None = None,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    options: dict | None = None,
+) -> Any:
+    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(repr(m) for m in MODES)}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    backend_fn = lookup_backend(backend)  # unknown names fail here, with the list of known ones
+    if model is None:
+        return lambda m: compile(m, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options)
+    config = CompileConfig(
+        backend=_with_mode(backend_fn, backend, mode, options),
+        backend_name=backend_name(backend),
+        mode=mode,
+        fullgraph=fullgraph,
+        dynamic=dynamic,
+    )
+    ctx = CompileContext(config)
+    if isinstance(model, torch.nn.Module):
+        return _compile_module(model, ctx)
+    if not callable(model):
+        raise TypeError(f"compiler.compile expects a function or an nn.Module, got {type(model).__name__}")
+    return _compile_callable(model, ctx)
+
+
+def optimize(backend: str | Callable = "inductor", *, nopython: bool = False, **kwargs: Any) -> Callable:
+    """The seeds' `dynamo.optimize(backend, nopython=...)` spelling: a decorator."""
+    return lambda fn: compile(fn, backend=backend, fullgraph=nopython, **kwargs)
+
+
+def _with_mode(backend_fn: Callable, backend: str | Callable, mode: str | None, options: dict | None) -> Callable:
+    if backend != "inductor" or (mode in (None, "default") and not options):
+        return backend_fn
+
+    @functools.wraps(backend_fn)
+    def with_mode(gm, example_inputs):
+        return backend_fn(gm, example_inputs, mode=mode, options=options)
+
+    return with_mode
+
+
+def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        func, bound_self = fn.__func__, fn.__self__
+
+        @functools.wraps(func)
+        def compiled_method(*args, **kwargs):
+            return run_function(ctx, func, (bound_self, *args), kwargs)
+
+        compiled_method.__compiled__ = ctx
+        return compiled_method
+    if not isinstance(fn, types.FunctionType):
+        target = fn
+
+        def call(*args, **kwargs):
+            return target(*args, **kwargs)
+
+        functools.update_wrapper(call, fn, updated=())
+        fn = call
+    func = fn
+
+    @functools.wraps(func)
+    def compiled(*args, **kwargs):
+        return run_function(ctx, func, args, kwargs)
+
+    compiled.__compiled__ = ctx
+    compiled._orig_fn = func
+    return compiled
+
+
+def _compile_module(mod: torch.nn.Module, ctx: CompileContext) -> torch.nn.Module:
+    """A module sharing the original's attributes, parameters and state_dict (its __dict__ is
+    the original's), whose forward runs through the compiler."""
+    cls = type(mod)
+    forward = mod.__dict__.get("forward") or cls.forward
+
+    def compiled_forward(self, *args, **kwargs):
+        if isinstance(forward, types.FunctionType):
+            return run_function(ctx, forward, (self, *args), kwargs)
+        return run_function(ctx, _call_bound, (forward, *args), kwargs)
+
+    compiled_forward._compiled_forward = True
+    compiled_cls = type(
+        cls.__name__,
+        (cls,),
+        {"forward": compiled_forward, "_orig_mod": mod, "__compiled__": ctx, "__module__": cls.__module__},
+    )
+    compiled_cls.__qualname__ = cls.__qualname__
+    compiled = object.__new__(compiled_cls)
+    compiled.__dict__ = mod.__dict__
+    return compiled
+
+
+def _call_bound(forward: Callable, *args, **kwargs):
+    return forward(*args, **kwargs)
+
+
+# ---- inspection ----------------------------------------------------------------------------
+
+
+def _context_of(fn: Any) -> CompileContext:
+    ctx = getattr(fn, "__compiled__", None)
+    if not isinstance(ctx, CompileContext):
+        raise TypeError(f"{getattr(fn, '__name__', type(fn).__name__)} was not made by compiler.compile")
+    return ctx
+
+
+def inspect(fn: Any) -> CompiledReport:
+    """The inspection records of a compiled function or module: every entry of it and of the
+    functions the compiler reached from it (the function's own record first)."""
+    ctx = _context_of(fn)
+    return CompiledReport(functions=ctx.functions, backend=ctx.config.backend_name, mode=ctx.config.mode)
+
+
+def reset() -> None:
+    """Forget every compiled entry: the next call of any compiled function traces again."""
+    reset_all()
+
+
+# ---- explain and export ----------------------------------------------------------------------
+
+
+def explain(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """`explain(fn)(*args, **kwargs)`: compile and run once, then report graphs and breaks."""
+
+    def run(*call_args: Any, **call_kwargs: Any) -> ExplainOutput:
+        graphs: list[torch.fx.GraphModule] = []
+
+        def recording_backend(gm: torch.fx.GraphModule, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        target = fn._orig_mod if isinstance(fn, torch.nn.Module) and hasattr(fn, "_orig_mod") else fn
+        target = getattr(target, "_orig_fn", target)
+        compiled = compile(target, backend=recording_backend)
+        compiled(*call_args, **call_kwargs)
+        return explain_records(_context_of(compiled).functions)
+
+    if args or kwargs:
+        return run(*args, **kwargs)
+    return run
+
+
+class ExportResult(NamedTuple):
+    graph_module: torch.fx.GraphModule
+    guards: list[Guard]
+
+
+def export(fn: Callable, *args: Any, **kwargs: Any) -> ExportResult:
+    """One GraphModule for the whole of `fn(*args, **kwargs)`, taking the same tensor arguments,
+    plus the guards under which it is valid. Raises `Unsupported` naming the break if any."""
+    captured: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs):
+        captured.append(gm)
+        return gm.forward
+
+    compiled = compile(fn, backend=capture, fullgraph=True)
+    result = compiled(*args, **kwargs)
+    report = inspect(compiled)
+    if len(captured) != 1 or len(report.entries) != 1:
+        raise Unsupported(f"export needs exactly one graph, the function produced {len(captured)}")
+    entry = report.entries[0]
+    gm = _bind_non_arguments(captured[0], fn, args, kwargs, single=isinstance(result, torch.Tensor))
+    return ExportResult(gm, entry.guards)
+
+
+def _bind_non_arguments(
+    gm: torch.fx.GraphModule, fn: Callable, args: tuple, kwargs: dict, single: bool
+) -> torch.fx.GraphModule:
+    """Turn placeholders that are not the call's tensor arguments (parameters, buffers,
+    globals) into attributes of the exported module, so it is called with the arguments only."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        sig = pyinspect.signature(target)
+        bound = sig.bind(*args, **kwargs)
+        arg_sources = {f"L[{name!r}]": name for name in bound.arguments}
+        order = list(bound.arguments)
+    except (TypeError, ValueError):
+        arg_sources, order = {}, []
+    values = {"L": {}, "G": {}}
+    if isinstance(fn, torch.nn.Module):
+        values["L"]["self"] = fn
+    if arg_sources:
+        values["L"].update(bound.arguments)
+    values["G"] = getattr(target, "__globals__", {})
+    graph = gm.graph
+    user_inputs: dict[str, torch.fx.Node] = {}
+    for i, node in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
+        source = node.meta.get("source", "")
+        if source in arg_sources:
+            user_inputs[arg_sources[source]] = node
+            continue
+        value = eval(source, {}, values)
+        attr = f"_const_{i}"
+        if isinstance(value, torch.nn.Parameter):
+            gm.register_parameter(attr, value)
+        else:
+            gm.register_buffer(attr, value)
+        with graph.inserting_before(node):
+            replacement = graph.get_attr(attr)
+        replacement.meta.update(node.meta)
+        node.replace_all_uses_with(replacement)
+        graph.erase_node(node)
+    first = next(iter(graph.nodes))
+    for name in reversed(order):
+        node = user_inputs.get(name)
+        if node is not None and node is not first:
+            first.prepend(node)
+            first = node
+    output = next(n for n in graph.nodes if n.op == "output")
+    outs = output.args[0]
+    if single and isinstance(outs, tuple) and len(outs) == 1:
+        output.args = (outs[0],)
+    graph.lint()
+    gm.recompile()
+    return gm
+

@@ -1,0 +1,202 @@
+"""Inspection records: what every compile step leaves behind.
+
+The compiler returns these dataclasses; the Jupyter extension and `explain` only render them.
+They are mutable on purpose: a function's record grows as later calls recompile, and
+subscribers (the live inspector) are told each time it changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+
+@dataclass
+class SourceLine:
+    """One line of user source, as shown next to graphs, guards, breaks and kernels."""
+
+    filename: str
+    lineno: int
+    text: str
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f'File "{self.filename}", line {self.lineno}, in {self.function}\n    {self.text.strip()}'
+
+
+@dataclass
+class Guard:
+    """One check that must hold for a compiled entry to be reused.
+
+    `expr` is a Python expression over `L` (the frame's locals and stack, by name) and `G`
+    (the function's globals); the guard function of an entry is these expressions joined.
+    """
+
+    kind: str  # TENSOR_MATCH, CONSTANT_MATCH, ID_MATCH, TYPE_MATCH, LENGTH_CHECK, GRAD_MODE, ...
+    source: str  # where the value came from, e.g. "L['x']" or "L['self'].lin.weight"
+    expr: str  # the Python text checked, e.g. "L['x'].dtype == torch.float32"
+    description: str = ""  # readable reason, e.g. "x is float32 of shape (10, 10)"
+    user_line: SourceLine | None = None
+
+
+@dataclass
+class GraphBreak:
+    """Why a graph ended before the function did, and where."""
+
+    reason: str
+    user_stack: list[SourceLine] = field(default_factory=list)
+    instruction: str = ""  # the bytecode instruction executed for real, e.g. "POP_JUMP_IF_FALSE"
+
+    def __str__(self) -> str:
+        where = self.user_stack[-1] if self.user_stack else None
+        return f"{self.reason}" + (f"\n  {where}" if where else "")
+
+
+@dataclass
+class StageTime:
+    stage: str  # "trace", "aot", "lower", "schedule", "codegen", "compile", ...
+    seconds: float
+
+
+@dataclass
+class KernelRecord:
+    """One generated kernel (or extern call) of a compiled graph."""
+
+    name: str
+    language: str  # "triton", "cpp", or "extern" for an aten call
+    source: str
+    fused_nodes: list[str] = field(default_factory=list)  # FX node names fused into it
+    source_lines: list[SourceLine] = field(default_factory=list)  # user lines those nodes came from
+    grid: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    bytes_accessed: int = 0  # minimal bytes read + written, for achieved bandwidth
+    measured_ms: float | None = None  # filled by a timing run
+
+
+@dataclass
+class GraphRecord:
+    """One FX graph the tracer captured and what the backend made of it."""
+
+    graph_module: Any  # torch.fx.GraphModule
+    code: str  # readable Python of the graph
+    op_count: int
+    source_lines: list[SourceLine] = field(default_factory=list)  # user lines this graph covers
+    backend: str = ""
+    example_inputs: list[str] = field(default_factory=list)  # readable descriptions
+    aot_graphs: dict[str, str] = field(default_factory=dict)  # "forward", "backward", "joint" -> code
+    kernels: list[KernelRecord] = field(default_factory=list)
+    wrapper_source: str | None = None
+    stage_times: list[StageTime] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. "op aten.foo ran as an extern call"
+    fallback: str | None = None  # set when the backend failed and the graph runs eagerly
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_times.append(StageTime(name, time.perf_counter() - start))
+
+
+@dataclass
+class EntryRecord:
+    """One cache entry: a graph (possibly empty) run from instruction `start_line` on,
+    valid while its guards hold, ending at a return or a graph break."""
+
+    function: str
+    start_line: int
+    graph: GraphRecord | None
+    guards: list[Guard] = field(default_factory=list)
+    guard_source: str = ""  # the generated straight-line guard function
+    graph_break: GraphBreak | None = None
+    recompile_reason: str | None = None  # the guard that failed on the entries before this one
+    compile_time_s: float = 0.0
+    hits: int = 0
+
+
+@dataclass
+class FunctionRecord:
+    """Everything compiled for one Python code object."""
+
+    name: str
+    qualname: str
+    filename: str
+    firstlineno: int
+    source: str
+    entries: list[EntryRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # eager fallbacks and why
+
+    @property
+    def graphs(self) -> list[GraphRecord]:
+        return [e.graph for e in self.entries if e.graph is not None]
+
+    @property
+    def breaks(self) -> list[GraphBreak]:
+        return [e.graph_break for e in self.entries if e.graph_break is not None]
+
+
+@dataclass
+class CompiledReport:
+    """`compiler.inspect(fn)`: the records of the compiled function and every callee the
+    compiler reached from it, the function's own record first."""
+
+    functions: list[FunctionRecord]
+    backend: str = ""
+    mode: str | None = None
+
+    @property
+    def entries(self) -> list[EntryRecord]:
+        return [e for f in self.functions for e in f.entries]
+
+    @property
+    def graphs(self) -> list[GraphRecord]:
+        return [g for f in self.functions for g in f.graphs]
+
+    @property
+    def kernels(self) -> list[KernelRecord]:
+        return [k for g in self.graphs for k in g.kernels]
+
+
+# ---- live updates -------------------------------------------------------------------------
+
+_subscribers: list[Callable[[FunctionRecord], None]] = []
+
+
+def subscribe(callback: Callable[[FunctionRecord], None]) -> Callable[[], None]:
+    """Call `callback(record)` whenever a function record changes; returns an unsubscribe."""
+    _subscribers.append(callback)
+    return lambda: _subscribers.remove(callback) if callback in _subscribers else None
+
+
+def notify(record: FunctionRecord) -> None:
+    for callback in list(_subscribers):
+        try:
+            callback(record)
+        except Exception:  # a broken view must never break a compile
+            pass
+
+
+# ---- the graph a backend is compiling ------------------------------------------------------
+
+_current_graph: contextvars.ContextVar[GraphRecord | None] = contextvars.ContextVar(
+    "current_graph", default=None
+)
+
+
+def current_graph() -> GraphRecord | None:
+    """The record of the graph being handed to a backend, so the backend (ours, or ours called
+    from a user's backend) can attach kernels, stage times and notes to it."""
+    return _current_graph.get()
+
+
+@contextlib.contextmanager
+def compiling_graph(record: GraphRecord) -> Iterator[GraphRecord]:
+    token = _current_graph.set(record)
+    try:
+        yield record
+    finally:
+        _current_graph.reset(token)

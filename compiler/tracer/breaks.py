@@ -1,0 +1,40 @@
+"""Why tracing stops: graph breaks, restarts and the error `fullgraph=True` raises."""
+
+from __future__ import annotations
+
+from compiler.records import SourceLine
+
+
+class Break(Exception):
+    """Raised by an instruction handler that cannot trace this instruction: the graph ends
+    before it and the instruction runs for real."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class InlineBreak(Exception):
+    """A break inside an inlined call: the trace restarts and breaks at the root-frame call."""
+
+    def __init__(self, reason: str, user_stack: list[SourceLine]):
+        super().__init__(reason)
+        self.reason = reason
+        self.user_stack = user_stack
+
+
+class Unsupported(RuntimeError):
+    """Raised with `fullgraph=True` (or by `export`) where the graph would break."""
+
+    def __init__(self, reason: str, user_stack: list[SourceLine] | None = None):
+        self.reason = reason
+        self.user_stack = user_stack or []
+        where = ""
+        if self.user_stack:
+            line = self.user_stack[-1]
+            where = f'\n  File "{line.filename}", line {line.lineno}, in {line.function}\n    {line.text.strip()}'
+        super().__init__(f"graph break: {reason}{where}")
+
+
+class CompilerInternalError(RuntimeError):
+    """A bug in the compiler, as opposed to an error in the user's code."""

@@ -1,0 +1,145 @@
+"""Decoded bytecode for CPython 3.11 and 3.12, and what a code object needs from the tracer.
+
+Instructions are addressed by index into `Code.instructions` (caches skipped), never by
+byte offset, so the rest of the tracer is independent of the inline-cache layout.
+"""
+
+from __future__ import annotations
+
+import dis
+import linecache
+import sys
+import types
+from dataclasses import dataclass, field
+
+PY312 = sys.version_info >= (3, 12)
+PY311 = sys.version_info >= (3, 11)
+
+if not PY311 or sys.version_info >= (3, 13):
+    raise ImportError("compiler.tracer supports CPython 3.11 and 3.12")
+
+
+@dataclass(frozen=True)
+class Instr:
+    index: int
+    opname: str
+    arg: int | None
+    argval: object
+    argrepr: str
+    offset: int
+    lineno: int | None
+    jump_index: int | None  # index of the jump target, for jumps and FOR_ITER
+
+
+@dataclass
+class Code:
+    """A code object, decoded once and shared by the tracer and the frame evaluator."""
+
+    code: types.CodeType
+    instructions: list[Instr]
+    start: int  # first instruction after the prologue (MAKE_CELL, COPY_FREE_VARS, RESUME)
+    cellvars: tuple[str, ...]
+    freevars: tuple[str, ...]
+    unsupported: str | None = None  # why the whole frame must run natively
+    by_offset: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.code.co_name
+
+    def line_text(self, lineno: int | None) -> str:
+        if lineno is None:
+            return ""
+        return linecache.getline(self.code.co_filename, lineno).rstrip("\n")
+
+
+_CACHE: dict[types.CodeType, Code] = {}
+
+# Opcodes whose meaning the tracer knows (symbolically and concretely). A code object that
+# uses any other opcode runs natively, with the reason recorded.
+KNOWN_OPCODES = frozenset(
+    """
+    NOP RESUME CACHE EXTENDED_ARG MAKE_CELL COPY_FREE_VARS PUSH_NULL POP_TOP COPY SWAP
+    LOAD_CONST LOAD_FAST LOAD_FAST_CHECK LOAD_FAST_AND_CLEAR STORE_FAST DELETE_FAST
+    LOAD_GLOBAL STORE_GLOBAL LOAD_NAME LOAD_DEREF STORE_DEREF LOAD_CLOSURE LOAD_ATTR
+    STORE_ATTR LOAD_METHOD PRECALL CALL KW_NAMES CALL_FUNCTION_EX MAKE_FUNCTION
+    BINARY_OP COMPARE_OP IS_OP CONTAINS_OP UNARY_NEGATIVE UNARY_NOT UNARY_INVERT
+    UNARY_POSITIVE BINARY_SUBSCR STORE_SUBSCR DELETE_SUBSCR BINARY_SLICE STORE_SLICE
+    BUILD_TUPLE BUILD_LIST BUILD_MAP BUILD_CONST_KEY_MAP BUILD_SET BUILD_SLICE
+    BUILD_STRING LIST_APPEND LIST_EXTEND LIST_TO_TUPLE SET_ADD SET_UPDATE MAP_ADD
+    DICT_UPDATE DICT_MERGE UNPACK_SEQUENCE UNPACK_EX GET_ITER FOR_ITER END_FOR
+    JUMP_FORWARD JUMP_BACKWARD JUMP_BACKWARD_NO_INTERRUPT JUMP JUMP_NO_INTERRUPT
+    POP_JUMP_IF_FALSE POP_JUMP_IF_TRUE POP_JUMP_IF_NONE POP_JUMP_IF_NOT_NONE
+    POP_JUMP_FORWARD_IF_FALSE POP_JUMP_FORWARD_IF_TRUE POP_JUMP_BACKWARD_IF_FALSE
+    POP_JUMP_BACKWARD_IF_TRUE POP_JUMP_FORWARD_IF_NONE POP_JUMP_FORWARD_IF_NOT_NONE
+    POP_JUMP_BACKWARD_IF_NONE POP_JUMP_BACKWARD_IF_NOT_NONE JUMP_IF_FALSE_OR_POP
+    JUMP_IF_TRUE_OR_POP RETURN_VALUE RETURN_CONST FORMAT_VALUE CALL_INTRINSIC_1
+    BEFORE_WITH PUSH_EXC_INFO WITH_EXCEPT_START POP_EXCEPT RERAISE RAISE_VARARGS
+    LOAD_ASSERTION_ERROR IMPORT_NAME IMPORT_FROM
+    """.split()
+)
+
+# Exception-handling opcodes that a plain `with` block (and 3.12's inlined comprehensions)
+# compile to. Any other handler means a try/except/finally, which the tracer does not model.
+_WITH_HANDLER_OPS = {"PUSH_EXC_INFO", "WITH_EXCEPT_START", "POP_EXCEPT", "RERAISE"}
+
+
+def decode(code: types.CodeType) -> Code:
+    cached = _CACHE.get(code)
+    if cached is not None:
+        return cached
+    raw = list(dis.get_instructions(code))
+    by_offset = {ins.offset: i for i, ins in enumerate(raw)}
+    instructions: list[Instr] = []
+    lineno = None
+    for i, ins in enumerate(raw):
+        if ins.starts_line is not None:
+            lineno = ins.starts_line
+        target = None
+        if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+            target = by_offset.get(ins.argval)
+        positions = getattr(ins, "positions", None)
+        line = positions.lineno if positions is not None and positions.lineno else lineno
+        instructions.append(Instr(i, ins.opname, ins.arg, ins.argval, ins.argrepr, ins.offset, line, target))
+    start = 0
+    while start < len(instructions) and instructions[start].opname in (
+        "MAKE_CELL",
+        "COPY_FREE_VARS",
+        "RESUME",
+        "NOP",
+    ):
+        start += 1
+    decoded = Code(
+        code=code,
+        instructions=instructions,
+        start=start,
+        cellvars=code.co_cellvars,
+        freevars=code.co_freevars,
+        by_offset=by_offset,
+    )
+    decoded.unsupported = _unsupported_reason(code, instructions)
+    _CACHE[code] = decoded
+    return decoded
+
+
+def _unsupported_reason(code: types.CodeType, instructions: list[Instr]) -> str | None:
+    flags = code.co_flags
+    if flags & (0x20 | 0x80 | 0x100 | 0x200):  # generator, coroutine, iterable coroutine, async gen
+        return "generators and coroutines are not traced; the function runs eagerly"
+    ops = [i.opname for i in instructions]
+    unknown = sorted({op for op in ops if op not in KNOWN_OPCODES})
+    if unknown:
+        return f"bytecode {', '.join(unknown)} is not supported by the tracer; the function runs eagerly"
+    if ops.count("PUSH_EXC_INFO") > ops.count("WITH_EXCEPT_START"):
+        return "try/except/finally blocks are not traced; the function runs eagerly"
+    if "LOAD_NAME" in ops:
+        return "module-level code (LOAD_NAME) is not traced; the function runs eagerly"
+    return None
+
+
+def handler_ops() -> set[str]:
+    return set(_WITH_HANDLER_OPS)
+
+
+def is_jump(opname: str) -> bool:
+    return "JUMP" in opname

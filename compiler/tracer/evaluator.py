@@ -1,0 +1,395 @@
+"""The frame evaluator: runs a compiled function's frame through its cache of entries.
+
+For each (code, instruction) the cache holds entries: guards, a compiled graph, and generated
+code that rebuilds the frame's values from the graph's outputs. A miss traces a new entry.
+At a graph break the evaluator executes the breaking instruction for real (calls into user
+functions come back here, so callees are compiled too) and looks up the entry for the next
+instruction.
+"""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+import os
+import time
+import types
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from compiler import records
+from compiler.records import EntryRecord, FunctionRecord, GraphBreak, GraphRecord, SourceLine
+from compiler.tracer import concrete
+from compiler.tracer.breaks import Unsupported
+from compiler.tracer.bytecode import Code, decode
+from compiler.tracer.calls import is_skipped, is_torch_function
+from compiler.tracer.concrete import RealFrame, Returned
+from compiler.tracer.guards import CompiledGuards, compile_guards, describe_failure
+from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
+from compiler.tracer.translator import LazyVar, Tracer, TraceResult, tensor_vars
+
+
+class CompilerWarning(UserWarning):
+    """A function (or part of one) runs eagerly because the compiler could not handle it."""
+
+
+@dataclass
+class CompileConfig:
+    backend: Callable
+    backend_name: str
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    cache_size_limit: int = 8
+
+
+@dataclass
+class Entry:
+    guards: CompiledGuards
+    fetch: Callable
+    graph_fn: Callable | None
+    rebuild: Callable
+    kind: str
+    break_pc: int | None
+    end_grad: bool | None
+    record: EntryRecord
+
+
+@dataclass
+class CodeState:
+    code: Code
+    record: FunctionRecord
+    entries: dict[int, list[Entry]] = field(default_factory=dict)
+    count: int = 0
+    native: str | None = None  # why this function always runs natively
+    limit_warned: bool = False
+
+
+class CompileContext:
+    """The state of one `compiler.compile(...)` call: its configuration and caches."""
+
+    def __init__(self, config: CompileConfig):
+        self.config = config
+        self.codes: dict[types.CodeType, CodeState] = {}
+        self.functions: list[FunctionRecord] = []
+        _CONTEXTS.add(self)
+
+    def state_for(self, fn: types.FunctionType) -> CodeState:
+        state = self.codes.get(fn.__code__)
+        if state is None:
+            decoded = decode(fn.__code__)
+            record = FunctionRecord(
+                name=fn.__name__,
+                qualname=fn.__qualname__,
+                filename=fn.__code__.co_filename,
+                firstlineno=fn.__code__.co_firstlineno,
+                source=_source_of(fn),
+            )
+            state = CodeState(decoded, record)
+            if decoded.unsupported:
+                state.native = decoded.unsupported
+                record.warnings.append(decoded.unsupported)
+            self.codes[fn.__code__] = state
+            self.functions.append(record)
+        return state
+
+    def reset(self) -> None:
+        self.codes.clear()
+        self.functions.clear()
+
+
+_CONTEXTS: weakref.WeakSet[CompileContext] = weakref.WeakSet()
+
+
+def reset_all() -> None:
+    for ctx in list(_CONTEXTS):
+        ctx.reset()
+
+
+def _source_of(fn: types.FunctionType) -> str:
+    try:
+        return pyinspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _strict() -> bool:
+    return os.environ.get("COMPILER_STRICT", "") not in ("", "0")
+
+
+# ---- running a function --------------------------------------------------------------------
+
+
+def run_function(ctx: CompileContext, fn: types.FunctionType, args: tuple | list, kwargs: dict) -> Any:
+    state = ctx.state_for(fn)
+    if state.native:
+        return fn(*args, **kwargs)
+    code = fn.__code__
+    bound = _bind(fn, args, kwargs)
+    cells: dict[str, Any] = {}
+    for name in code.co_cellvars:
+        cell = types.CellType()
+        if name in bound:
+            cell.cell_contents = bound.pop(name)
+        cells[name] = cell
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        cells[name] = cell
+    frame = RealFrame(state.code, fn.__globals__, bound, cells, [], state.code.start, fn_name=code.co_name)
+    return run_frame(ctx, state, frame)
+
+
+def _bind(fn: types.FunctionType, args: tuple | list, kwargs: dict) -> dict[str, Any]:
+    code = fn.__code__
+    if not kwargs and not fn.__defaults__ and not code.co_flags & 0x0C and not code.co_kwonlyargcount:
+        if len(args) == code.co_argcount:
+            return dict(zip(code.co_varnames, args))
+    # getcallargs raises the same TypeError messages as a real call.
+    return pyinspect.getcallargs(fn, *args, **kwargs)
+
+
+def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
+    grad_at_entry = torch.is_grad_enabled()
+
+    def call_real(target: Any, args: list, kwargs: dict) -> Any:
+        return call_from_python(ctx, target, args, kwargs)
+
+    try:
+        while True:
+            L = frame.values()
+            entry = _lookup(state, frame.pc, L, frame.globals)
+            if entry is None:
+                entry = _compile_entry(ctx, state, frame, L)
+                if entry is None:
+                    return _run_rest(frame, call_real)
+            entry.record.hits += 1
+            outputs = entry.graph_fn(*entry.fetch(L, frame.globals)) if entry.graph_fn is not None else ()
+            if entry.end_grad is not None:
+                torch._C._set_grad_enabled(entry.end_grad)
+            if entry.kind == "return":
+                return entry.rebuild(L, frame.globals, outputs, frame)
+            frame.locals, frame.stack = entry.rebuild(L, frame.globals, outputs, frame)
+            concrete.step(frame, state.code.instructions[entry.break_pc], call_real)
+    except Returned as r:
+        return r.value
+    except BaseException:
+        torch._C._set_grad_enabled(grad_at_entry)
+        raise
+
+
+def _run_rest(frame: RealFrame, call_real: Callable) -> Any:
+    instructions = frame.code.instructions
+    while True:
+        concrete.step(frame, instructions[frame.pc], call_real)
+
+
+def _lookup(state: CodeState, pc: int, L: dict, G: dict) -> Entry | None:
+    for entry in state.entries.get(pc, ()):
+        if entry.guards.check(L, G):
+            return entry
+    return None
+
+
+def call_from_python(ctx: CompileContext, target: Any, args: list, kwargs: dict) -> Any:
+    """A call made for real at a graph break: user Python code goes back through the compiler."""
+    fn, full_args = _compilable(target, args)
+    if fn is None:
+        return target(*args, **kwargs)
+    return run_function(ctx, fn, full_args, kwargs)
+
+
+def _compilable(target: Any, args: list) -> tuple[types.FunctionType | None, list]:
+    if isinstance(target, types.FunctionType):
+        if is_skipped(target) or is_torch_function(target):
+            return None, args
+        return target, args
+    if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+        fn, _ = _compilable(target.__func__, args)
+        return (fn, [target.__self__, *args]) if fn is not None else (None, args)
+    if isinstance(target, torch.nn.Module):
+        from torch.nn.modules import module as module_mod
+
+        if (
+            target._forward_hooks or target._forward_pre_hooks or target._backward_hooks
+            or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks
+            or module_mod._global_backward_hooks or "forward" in target.__dict__
+        ):  # fmt: skip
+            return None, args
+        forward = type(target).forward
+        if isinstance(forward, types.FunctionType) and not getattr(forward, "_compiled_forward", False):
+            return forward, [target, *args]
+    return None, args
+
+
+# ---- compiling an entry --------------------------------------------------------------------
+
+
+def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: dict) -> Entry | None:
+    config = ctx.config
+    record = state.record
+    pc = frame.pc
+    existing = state.entries.get(pc, [])
+    recompile_reason = None
+    if existing:
+        failed = existing[-1].guards.failures(L, frame.globals)
+        recompile_reason = describe_failure(failed, L, frame.globals, existing[-1].guards.namespace)
+    if state.count >= config.cache_size_limit:
+        if not state.limit_warned:
+            state.limit_warned = True
+            msg = (
+                f"{record.qualname} was recompiled {config.cache_size_limit} times (cache_size_limit); "
+                f"it now runs eagerly. Last failing guard: {recompile_reason or 'n/a'}"
+            )
+            record.warnings.append(msg)
+            warnings.warn(msg, CompilerWarning, stacklevel=4)
+            records.notify(record)
+        if pc == state.code.start and not frame.stack:
+            state.native = "recompile limit reached"
+        return None
+    start = time.perf_counter()
+    try:
+        result, tracer = _trace(state, frame, L)
+        if result.kind == "break" and config.fullgraph:
+            raise Unsupported(result.reason, result.user_stack)
+        entry = _build_entry(ctx, state, frame, L, result, tracer, recompile_reason, start)
+    except Unsupported:
+        raise
+    except Exception as e:
+        if config.fullgraph or _strict():
+            raise
+        msg = f"{record.qualname}: the compiler failed ({type(e).__name__}: {e}); this frame runs eagerly"
+        record.warnings.append(msg)
+        warnings.warn(msg, CompilerWarning, stacklevel=4)
+        if pc == state.code.start and not frame.stack:
+            state.native = msg
+        records.notify(record)
+        return None
+    state.entries.setdefault(pc, []).append(entry)
+    state.count += 1
+    record.entries.append(entry.record)
+    records.notify(record)
+    return entry
+
+
+def _trace(state: CodeState, frame: RealFrame, L: dict) -> tuple[TraceResult, Tracer]:
+    break_at = None
+    for _ in range(4):
+        tracer = Tracer(state.code, frame.globals, L, frame.stack, frame.cells, frame.pc, break_at, frame.fn_name)
+        with torch.set_grad_enabled(torch.is_grad_enabled()):
+            result = tracer.run()
+        if result.kind != "restart":
+            return result, tracer
+        break_at = (tracer.current_root_pc, result.reason, result.user_stack)
+    raise RuntimeError("tracing did not settle after restarts")
+
+
+def _build_entry(
+    ctx: CompileContext,
+    state: CodeState,
+    frame: RealFrame,
+    L: dict,
+    result: TraceResult,
+    tracer: Tracer,
+    recompile_reason: str | None,
+    start: float,
+) -> Entry:
+    config = ctx.config
+    builder = tracer.builder
+    end_frame = result.frame
+    if result.kind == "return":
+        live = [result.value]
+    else:
+        live = [*end_frame.locals.values(), *end_frame.stack, *end_frame.cells.values()]
+    found: list = []
+    seen: set[int] = set()
+    for v in live:
+        if not isinstance(v, LazyVar):
+            tensor_vars(v, found, seen)
+    outputs, nodes = [], set()
+    for t in found:
+        if t.node.op != "placeholder" and id(t.node) not in nodes:
+            nodes.add(id(t.node))
+            outputs.append(t)
+    gm = builder.finish(outputs)
+    op_count = builder.op_count()
+    trace_time = time.perf_counter() - start
+    name = f"{state.record.name}_{state.count}"
+    guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}")
+    fetch, _ = compile_fetch([t.source for t in builder.inputs], tracer.guards.namespace)
+    if result.kind == "return":
+        rebuild, _ = compile_rebuild("return", result.value, None, None, None, outputs, tracer.guards.namespace)
+    else:
+        rebuild, _ = compile_rebuild(
+            "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace
+        )
+    graph_record = None
+    graph_fn = None
+    if op_count:
+        graph_record = GraphRecord(
+            graph_module=gm,
+            code=gm.code,
+            op_count=op_count,
+            source_lines=_graph_lines(gm),
+            backend=config.backend_name,
+            example_inputs=[_describe_tensor(t.source, t.fake) for t in builder.inputs],
+        )
+        graph_record.stage_times.append(records.StageTime("trace", trace_time))
+        graph_fn = _run_backend(ctx, gm, fetch(L, frame.globals), graph_record)
+    graph_break = None
+    break_pc = None
+    if result.kind == "break":
+        break_pc = end_frame.pc
+        ins = state.code.instructions[break_pc]
+        graph_break = GraphBreak(result.reason, result.user_stack, ins.opname)
+    lineno = state.code.instructions[frame.pc].lineno or state.record.firstlineno
+    entry_record = EntryRecord(
+        function=state.record.qualname,
+        start_line=lineno,
+        graph=graph_record,
+        guards=list(guards.guards),
+        guard_source=guards.source,
+        graph_break=graph_break,
+        recompile_reason=recompile_reason,
+        compile_time_s=time.perf_counter() - start,
+    )
+    start_grad = torch.is_grad_enabled()
+    end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
+    return Entry(guards, fetch, graph_fn, rebuild, result.kind, break_pc, end_grad, entry_record)
+
+
+def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list, record: GraphRecord) -> Callable:
+    config = ctx.config
+    start = time.perf_counter()
+    try:
+        with records.compiling_graph(record):
+            compiled = config.backend(gm, example_inputs)
+        if not callable(compiled):
+            raise TypeError(f"backend {config.backend_name!r} returned {type(compiled).__name__}, not a callable")
+    except Exception as e:
+        if config.fullgraph or _strict():
+            raise
+        record.fallback = f"backend {config.backend_name!r} failed ({type(e).__name__}: {e}); the graph runs eagerly"
+        warnings.warn(record.fallback, CompilerWarning, stacklevel=6)
+        compiled = gm.forward
+    record.stage_times.append(records.StageTime("backend", time.perf_counter() - start))
+    return compiled
+
+
+def _graph_lines(gm: torch.fx.GraphModule) -> list[SourceLine]:
+    lines: dict[tuple[str, int], SourceLine] = {}
+    for node in gm.graph.nodes:
+        line = node.meta.get("source_line")
+        if line is not None:
+            lines.setdefault((line.filename, line.lineno), line)
+    return [lines[k] for k in sorted(lines)]
+
+
+def _describe_tensor(source: str | None, fake: torch.Tensor) -> str:
+    dtype = str(fake.dtype).replace("torch.", "")
+    return f"{source}: {dtype}{list(fake.shape)} on {fake.device}"
+
+
+def _identifier(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)

@@ -1,0 +1,210 @@
+"""Generated Python that moves values between the frame and a compiled graph.
+
+`fetch(L, G)` returns the graph's input tensors read from their sources; `rebuild(L, G, O, F)`
+turns the graph's outputs `O` back into the frame's Python values: the return value, or the
+locals, cells and stack at a graph break. Both are straight-line code generated once per entry.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from compiler.tracer.calls import REAL_NULL
+from compiler.tracer.variables import (
+    AttrCallVar,
+    CellVar,
+    ConstVar,
+    DictVar,
+    FunctionVar,
+    GradExitVar,
+    GradModeVar,
+    IteratorVar,
+    ListVar,
+    MethodVar,
+    NewObjectVar,
+    NullVar,
+    ObjVar,
+    SetVar,
+    SliceVar,
+    SuperVar,
+    TensorVar,
+    TupleVar,
+    Var,
+)
+
+
+class GradRestore:
+    """The real `__exit__` of a grad-mode `with` block, left on the stack at a graph break."""
+
+    def __init__(self, restore: bool):
+        self.restore = restore
+
+    def __call__(self, *exc_info: Any) -> None:
+        torch._C._set_grad_enabled(self.restore)
+
+
+_SIMPLE_LITERALS = (int, str, bytes, bool, type(None))
+
+
+@dataclass
+class Emitter:
+    namespace: dict[str, Any]
+    outputs: dict[int, int]  # id(fx node) -> index in O
+    lines: list[str] = field(default_factory=list)
+    memo: dict[int, str] = field(default_factory=dict)
+    cells: dict[int, str] = field(default_factory=dict)  # id(CellVar) -> expression of its real cell
+    _counter: int = 0
+
+    def ref(self, obj: Any, hint: str = "c") -> str:
+        name = f"___{hint}{len(self.namespace)}"
+        self.namespace[name] = obj
+        return name
+
+    def temp(self, expr: str) -> str:
+        self._counter += 1
+        name = f"t{self._counter}"
+        self.lines.append(f"    {name} = {expr}")
+        return name
+
+    def expr(self, v: Var) -> str:
+        key = id(v)
+        if key in self.memo:
+            return self.memo[key]
+        out = self._expr(v)
+        if isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar, FunctionVar, IteratorVar)) and not v.source:
+            out = self.temp(out)  # one object, however often it is referenced
+        self.memo[key] = out
+        return out
+
+    def _expr(self, v: Var) -> str:
+        if isinstance(v, TensorVar):
+            if v.node.op == "placeholder" and v.source:
+                return v.source
+            return f"O[{self.outputs[id(v.node)]}]"
+        if isinstance(v, ConstVar):
+            value = v.value
+            if isinstance(value, _SIMPLE_LITERALS) or (isinstance(value, float) and value == value and abs(value) != float("inf")):
+                return repr(value)
+            return self.ref(value)
+        if isinstance(v, NullVar):
+            return self.ref(REAL_NULL, "null")
+        if v.source:
+            return v.source
+        if isinstance(v, ObjVar):
+            return self.ref(v.value, "obj")
+        if isinstance(v, ListVar):
+            return "[" + ", ".join(self.expr(i) for i in v.items) + "]"
+        if isinstance(v, TupleVar):
+            inner = ", ".join(self.expr(i) for i in v.items)
+            if v.cls is tuple:
+                return f"({inner},)" if len(v.items) == 1 else f"({inner})"
+            if v.cls is torch.Size:
+                return f"{self.ref(torch.Size, 'cls')}([{inner}])"
+            return f"{self.ref(v.cls, 'cls')}({inner})"
+        if isinstance(v, DictVar):
+            inner = ", ".join(f"{self.ref(k, 'k') if not isinstance(k, _SIMPLE_LITERALS) else repr(k)}: {self.expr(i)}" for k, i in v.items.items())
+            if v.cls is dict:
+                return "{" + inner + "}"
+            return f"{self.ref(v.cls, 'cls')}({{{inner}}})"
+        if isinstance(v, SetVar):
+            return "{" + ", ".join(self.expr(i) for i in v.items) + "}" if v.items else "set()"
+        if isinstance(v, SliceVar):
+            return f"slice({self.expr(v.start)}, {self.expr(v.stop)}, {self.expr(v.step)})"
+        if isinstance(v, IteratorVar):
+            return "iter([" + ", ".join(self.expr(i) for i in v.items[v.index :]) + "])"
+        if isinstance(v, FunctionVar):
+            if v.fn is not None:
+                return self.ref(v.fn, "fn")
+            closure = "None"
+            if v.closure:
+                closure = "(" + "".join(self.cell(c) + ", " for c in v.closure) + ")"
+            defaults = self.expr(v.defaults) if v.defaults is not None else "None"
+            fn = f"{self.ref(types.FunctionType, 'cls')}({self.ref(v.code, 'code')}, {self.ref(v.globals, 'g')}, {v.name!r}, {defaults}, {closure})"
+            if v.kwdefaults is not None:
+                return f"{self.ref(_with_kwdefaults, 'fn')}({fn}, {self.expr(v.kwdefaults)})"
+            return fn
+        if isinstance(v, MethodVar):
+            return f"{self.ref(types.MethodType, 'cls')}({self.expr(v.func)}, {self.expr(v.self_var)})"
+        if isinstance(v, AttrCallVar):
+            return f"getattr({self.expr(v.obj)}, {v.name!r})"
+        if isinstance(v, GradExitVar):
+            return self.ref(GradRestore(v.restore), "exit")
+        if isinstance(v, GradModeVar):
+            return f"{self.ref(torch.set_grad_enabled, 'fn')}({v.enabled})"
+        if isinstance(v, NewObjectVar):
+            kwargs = ", ".join(f"{k}={self.expr(i)}" for k, i in v.fields.items())
+            return f"{self.ref(v.cls, 'cls')}({kwargs})"
+        if isinstance(v, SuperVar):
+            return f"super({self.ref(v.cls, 'cls')}, {self.expr(v.obj)})"
+        if isinstance(v, CellVar):
+            return self.cell(v)
+        raise TypeError(f"cannot rebuild a {type(v).__name__}")
+
+    def cell(self, c: CellVar) -> str:
+        """The real cell object for a cell var (closures that leave the graph need real cells)."""
+        key = id(c)
+        if key in self.cells:
+            return self.cells[key]
+        if c.cell is not None and c.source is not None and c.source.startswith("L["):
+            expr = f"F.cells[{c.name!r}]"
+        elif c.cell is not None:
+            expr = self.ref(c.cell, "cell")
+        else:
+            contents = self.expr(c.contents) if c.contents is not None else None
+            expr = self.temp(f"{self.ref(types.CellType, 'cls')}({contents or ''})")
+        self.cells[key] = expr
+        return expr
+
+
+def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.FunctionType:
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+def compile_fetch(sources: list[str], namespace: dict[str, Any]) -> tuple[Callable, str]:
+    body = ", ".join(sources)
+    source = f"def fetch(L, G):\n    return [{body}]\n"
+    ns = dict(namespace)
+    exec(compile(source, "<fetch>", "exec"), ns)
+    return ns["fetch"], source
+
+
+def compile_rebuild(
+    kind: str,
+    value: Var | None,
+    locals_: dict[str, Var] | None,
+    stack: list[Var] | None,
+    cells: dict[str, CellVar] | None,
+    outputs: list[TensorVar],
+    namespace: dict[str, Any],
+) -> tuple[Callable, str]:
+    """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack), after
+    writing changed cells into the real frame `F`."""
+    em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)})
+    if kind == "return":
+        result = em.expr(value)
+        body = [*em.lines, f"    return {result}"]
+    else:
+        local_items = ", ".join(f"{name!r}: {em.expr(v)}" for name, v in locals_.items() if not _is_lazy_same(v, name))
+        keep = [name for name, v in locals_.items() if _is_lazy_same(v, name)]
+        stack_items = ", ".join(em.expr(v) for v in stack)
+        cell_lines = []
+        for name, c in (cells or {}).items():
+            if c.dirty and c.contents is not None:
+                cell_lines.append(f"    F.cells[{name!r}].cell_contents = {em.expr(c.contents)}")
+        keep_expr = " ".join(f"{n!r}: L[{n!r}]," for n in keep)
+        body = [*em.lines, *cell_lines, f"    return {{{keep_expr} {local_items}}}, [{stack_items}]"]
+    source = "def rebuild(L, G, O, F):\n" + "\n".join(body) + "\n"
+    ns = em.namespace
+    exec(compile(source, "<rebuild>", "exec"), ns)
+    return ns["rebuild"], source
+
+
+def _is_lazy_same(v: Var, name: str) -> bool:
+    from compiler.tracer.translator import LazyVar
+
+    return isinstance(v, LazyVar) and v.source == f"L[{name!r}]"

@@ -1,0 +1,752 @@
+"""The symbolic interpreter: one handler per opcode, named after it.
+
+It runs a frame's bytecode over tracer values (variables.py), recording torch work into an
+FX graph (graph_builder.py) and guards (guards.py), until the frame returns or reaches an
+instruction it cannot trace: a graph break. User functions it meets are inlined; a break
+inside one restarts the trace and breaks at the call in the root frame instead.
+"""
+
+from __future__ import annotations
+
+import dis
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from compiler.records import SourceLine
+from compiler.tracer import calls
+from compiler.tracer import operations as ops
+from compiler.tracer.breaks import Break, InlineBreak
+from compiler.tracer.bytecode import PY312, Code, Instr, decode
+from compiler.tracer.graph_builder import GraphBuilder
+from compiler.tracer.guards import GuardSet
+from compiler.tracer.variables import (
+    NULL,
+    AttrCallVar,
+    CellVar,
+    ConstVar,
+    DictVar,
+    FunctionVar,
+    GradExitVar,
+    GradModeVar,
+    IteratorVar,
+    ListVar,
+    NullVar,
+    ObjVar,
+    SetVar,
+    SliceVar,
+    TensorVar,
+    TupleVar,
+    Var,
+    as_python_constant,
+    is_python_constant,
+)
+from compiler.tracer.wrap import wrap
+
+MAX_INSTRUCTIONS = 500_000
+MAX_INLINE_DEPTH = 32
+
+BINARY_OPS: dict[str, Callable] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
+    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+}  # fmt: skip
+COMPARE_OPS: dict[str, Callable] = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+
+
+class LazyVar(Var):
+    """A root-frame local not read yet: wrapped (and guarded) on first use only."""
+
+    def __init__(self, value: Any, source: str):
+        self.value = value
+        self.source = source
+
+
+@dataclass
+class SymFrame:
+    code: Code
+    globals: dict
+    globals_source: str
+    locals: dict[str, Var]
+    cells: dict[str, CellVar]
+    stack: list[Var] = field(default_factory=list)
+    pc: int = 0
+    kw_names: tuple | None = None
+    fn_name: str = ""
+    parent: SymFrame | None = None
+
+    def line(self, pc: int | None = None) -> SourceLine:
+        ins = self.code.instructions[self.pc if pc is None else pc]
+        return SourceLine(self.code.code.co_filename, ins.lineno or 0, self.code.line_text(ins.lineno), self.fn_name)
+
+
+@dataclass
+class TraceResult:
+    kind: str  # "return" or "break"
+    value: Var | None = None  # the returned value
+    frame: SymFrame | None = None  # the root frame, before the breaking instruction
+    reason: str = ""
+    user_stack: list[SourceLine] = field(default_factory=list)
+
+
+class Tracer:
+    def __init__(
+        self,
+        code: Code,
+        G: dict,
+        L: dict,
+        stack: list,
+        cells: dict,
+        pc: int,
+        break_at: tuple[int, str, list[SourceLine]] | None,
+        fn_name: str,
+    ):
+        self.guards = GuardSet()
+        self.builder = GraphBuilder(self.guards)
+        self.guards.grad_mode(self.builder.grad_enabled)
+        self.G = G
+        self.frame_values = L
+        self.current_frame: SymFrame | None = None
+        self.current_root_pc = pc
+        self.break_at = break_at
+        self.instructions_run = 0
+        self.depth = 0
+        self.globals_refs: dict[int, str] = {id(G): "G"}
+        locals_ = {name: LazyVar(value, f"L[{name!r}]") for name, value in L.items()}
+        cell_vars = {
+            name: CellVar(cell=cell, name=name, source=f"L[{name!r}]") for name, cell in cells.items()
+        }
+        stack_vars: list[Var] = [
+            NULL if v is calls.REAL_NULL else LazyVar(v, f"L['__stack{i}']") for i, v in enumerate(stack)
+        ]
+        self.root = SymFrame(code, G, "G", locals_, cell_vars, stack_vars, pc, fn_name=fn_name)
+
+    # ---- values from the frame --------------------------------------------------------------
+
+    def resolve(self, v: Var) -> Var:
+        if isinstance(v, LazyVar):
+            return wrap(self, v.value, v.source)
+        return v
+
+    def globals_source(self, g: dict) -> str:
+        name = self.globals_refs.get(id(g))
+        if name is None:
+            name = f"___globals{len(self.globals_refs)}"
+            self.globals_refs[id(g)] = name
+            self.guards.namespace[name] = g
+        return name
+
+    def cell_contents(self, cell: CellVar) -> Var:
+        if cell.contents is None:
+            if cell.cell is None:
+                raise Break(f"free variable {cell.name!r} referenced before assignment")
+            try:
+                value = cell.cell.cell_contents
+            except ValueError:
+                raise Break(f"free variable {cell.name!r} referenced before assignment") from None
+            if cell.source is None:
+                raise Break(f"closure variable {cell.name!r} has no source to guard")
+            cell.contents = wrap(self, value, cell.source)
+        return cell.contents
+
+    # ---- the run loop -------------------------------------------------------------------------
+
+    def run(self) -> TraceResult:
+        frame = self.root
+        while True:
+            ins = frame.code.instructions[frame.pc]
+            self.builder.user_stack = [frame.line()]
+            if self.break_at is not None and frame.pc == self.break_at[0]:
+                return TraceResult("break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2])
+            saved_stack = list(frame.stack)
+            saved_kw = frame.kw_names
+            try:
+                result = self.step(frame, ins)
+            except Break as b:
+                frame.stack = saved_stack
+                frame.kw_names = saved_kw
+                return TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
+            except InlineBreak as b:
+                frame.stack = saved_stack
+                frame.kw_names = saved_kw
+                self.current_root_pc = frame.pc
+                return TraceResult("restart", reason=b.reason, user_stack=[frame.line(), *b.user_stack])
+            if result is not None:
+                return TraceResult("return", value=result)
+
+    def step(self, frame: SymFrame, ins: Instr) -> Var | None:
+        self.instructions_run += 1
+        self.current_frame = frame
+        if self.instructions_run > MAX_INSTRUCTIONS:
+            raise Break(f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)")
+        handler = getattr(self, ins.opname, None)
+        if handler is None:
+            raise Break(f"bytecode {ins.opname} is not supported by the tracer")
+        next_pc = frame.pc + 1
+        frame.pc_next = next_pc  # type: ignore[attr-defined]
+        out = handler(frame, ins)
+        if isinstance(out, _Return):
+            return out.value
+        frame.pc = frame.pc_next  # type: ignore[attr-defined]
+        return None
+
+    def jump(self, frame: SymFrame, ins: Instr) -> None:
+        frame.pc_next = ins.jump_index  # type: ignore[attr-defined]
+
+    # ---- inlining -------------------------------------------------------------------------------
+
+    def inline(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        code = decode(fn.get_code())
+        if code.unsupported:
+            raise Break(f"cannot inline {fn.get_code().co_name}: {code.unsupported}")
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Break("inlining is nested too deeply (recursion?)")
+        locals_ = calls.bind_arguments(self, fn, args, kwargs)
+        g = fn.get_globals()
+        cells: dict[str, CellVar] = {}
+        for name in code.cellvars:
+            cell = CellVar(name=name)
+            if name in locals_:  # an argument captured by a closure
+                cell.contents = locals_.pop(name)
+            cells[name] = cell
+        closure = calls.function_closure(self, fn)
+        for name, cell in zip(code.freevars, closure):
+            cells[name] = cell
+        parent_stack = self.builder.user_stack
+        child = SymFrame(code, g, self.globals_source(g), locals_, cells, [], code.start, fn_name=code.name)
+        self.depth += 1
+        try:
+            while True:
+                ins = child.code.instructions[child.pc]
+                self.builder.user_stack = [*parent_stack, child.line()]
+                try:
+                    result = self.step(child, ins)
+                except Break as b:
+                    raise InlineBreak(b.reason, [child.line()]) from None
+                except InlineBreak as b:
+                    raise InlineBreak(b.reason, [child.line(), *b.user_stack]) from None
+                if result is not None:
+                    return result
+        finally:
+            self.depth -= 1
+            self.builder.user_stack = parent_stack
+
+    # ---- stack helpers -------------------------------------------------------------------------
+
+    def pop(self, frame: SymFrame) -> Var:
+        return self.resolve(frame.stack.pop())
+
+    def popn(self, frame: SymFrame, n: int) -> list[Var]:
+        if n == 0:
+            return []
+        items = frame.stack[-n:]
+        del frame.stack[-n:]
+        return [self.resolve(v) for v in items]
+
+    def push(self, frame: SymFrame, v: Var) -> None:
+        frame.stack.append(v)
+
+    # ---- opcodes: stack and locals --------------------------------------------------------------
+
+    def NOP(self, frame, ins):
+        pass
+
+    RESUME = EXTENDED_ARG = CACHE = MAKE_CELL = COPY_FREE_VARS = NOP
+
+    def PUSH_NULL(self, frame, ins):
+        self.push(frame, NULL)
+
+    def POP_TOP(self, frame, ins):
+        frame.stack.pop()
+
+    def END_FOR(self, frame, ins):
+        del frame.stack[-2:]
+
+    def COPY(self, frame, ins):
+        self.push(frame, frame.stack[-ins.arg])
+
+    def SWAP(self, frame, ins):
+        i = ins.arg
+        frame.stack[-1], frame.stack[-i] = frame.stack[-i], frame.stack[-1]
+
+    def LOAD_CONST(self, frame, ins):
+        self.push(frame, calls.constant(ins.argval))
+
+    def RETURN_CONST(self, frame, ins):
+        return _Return(calls.constant(ins.argval))
+
+    def LOAD_FAST(self, frame, ins):
+        name = ins.argval
+        if name not in frame.locals:
+            raise Break(f"local variable {name!r} referenced before assignment")
+        v = frame.locals[name]
+        if isinstance(v, LazyVar):
+            v = frame.locals[name] = self.resolve(v)
+        self.push(frame, v)
+
+    LOAD_FAST_CHECK = LOAD_FAST
+
+    def LOAD_FAST_AND_CLEAR(self, frame, ins):
+        v = frame.locals.pop(ins.argval, None)
+        self.push(frame, self.resolve(v) if v is not None else NULL)
+
+    def STORE_FAST(self, frame, ins):
+        v = frame.stack.pop()
+        if isinstance(v, NullVar):  # 3.12 comprehension restoring an unbound local
+            frame.locals.pop(ins.argval, None)
+        else:
+            frame.locals[ins.argval] = v
+
+    def DELETE_FAST(self, frame, ins):
+        frame.locals.pop(ins.argval, None)
+
+    def LOAD_CLOSURE(self, frame, ins):
+        self.push(frame, frame.cells[ins.argval])
+
+    def LOAD_DEREF(self, frame, ins):
+        self.push(frame, self.cell_contents(frame.cells[ins.argval]))
+
+    def STORE_DEREF(self, frame, ins):
+        cell = frame.cells[ins.argval]
+        cell.contents = self.pop(frame)
+        cell.dirty = True
+
+    def LOAD_GLOBAL(self, frame, ins):
+        if (ins.arg or 0) & 1:
+            self.push(frame, NULL)
+        name = ins.argval
+        self.push(frame, self.load_global(frame, name))
+
+    def load_global(self, frame: SymFrame, name: str) -> Var:
+        if name in frame.globals:
+            return wrap(self, frame.globals[name], f"{frame.globals_source}[{name!r}]")
+        builtins = frame.globals.get("__builtins__", __builtins__)
+        if isinstance(builtins, dict):
+            if name in builtins:
+                return calls.builtin_var(builtins[name])
+        elif hasattr(builtins, name):
+            return calls.builtin_var(getattr(builtins, name))
+        raise Break(f"name {name!r} is not defined")
+
+    def STORE_GLOBAL(self, frame, ins):
+        raise Break(f"assignment to global {ins.argval!r} runs in Python")
+
+    # ---- attributes -----------------------------------------------------------------------------
+
+    def LOAD_ATTR(self, frame, ins):
+        obj = self.pop(frame)
+        name = ins.argval
+        if PY312 and (ins.arg or 0) & 1:
+            # 3.12 method load: [meth, self] or [NULL, attr]
+            attr = ops.load_attr(self, obj, name)
+            self.push(frame, NULL)
+            self.push(frame, attr)
+            return
+        self.push(frame, ops.load_attr(self, obj, name))
+
+    def LOAD_METHOD(self, frame, ins):
+        obj = self.pop(frame)
+        self.push(frame, NULL)
+        self.push(frame, ops.load_attr(self, obj, ins.argval))
+
+    def STORE_ATTR(self, frame, ins):
+        obj = self.resolve(frame.stack[-1])
+        value = self.resolve(frame.stack[-2])
+        ops.store_attr(self, obj, ins.argval, value)
+        del frame.stack[-2:]
+
+    # ---- calls -----------------------------------------------------------------------------------
+
+    def KW_NAMES(self, frame, ins):
+        frame.kw_names = ins.argval if isinstance(ins.argval, tuple) else frame.code.code.co_consts[ins.arg]
+
+    def PRECALL(self, frame, ins):
+        pass
+
+    def CALL(self, frame, ins):
+        argc = ins.arg
+        kw_names = frame.kw_names or ()
+        frame.kw_names = None
+        args = self.popn(frame, argc)
+        callable_ = self.pop(frame)
+        head = frame.stack.pop()
+        if not isinstance(head, NullVar):
+            # [callable, self, args...]
+            args = [callable_, *args]
+            callable_ = self.resolve(head)
+        kwargs = {}
+        if kw_names:
+            kwargs = dict(zip(kw_names, args[len(args) - len(kw_names):]))
+            args = args[: len(args) - len(kw_names)]
+        self.push(frame, calls.call(self, callable_, args, kwargs))
+
+    def CALL_FUNCTION_EX(self, frame, ins):
+        kwargs_var = self.pop(frame) if ins.arg & 1 else None
+        args_var = self.pop(frame)
+        fn = self.pop(frame)
+        if frame.stack and isinstance(frame.stack[-1], NullVar):
+            frame.stack.pop()  # the NULL pushed before the callable
+        args = ops.unpack_iterable(self, args_var)
+        kwargs: dict[str, Var] = {}
+        if kwargs_var is not None:
+            if not isinstance(kwargs_var, DictVar):
+                raise Break("**kwargs of an unknown mapping")
+            kwargs = dict(kwargs_var.items)
+        self.push(frame, calls.call(self, fn, args, kwargs))
+
+    def MAKE_FUNCTION(self, frame, ins):
+        flags = ins.arg or 0
+        code_var = self.pop(frame)
+        closure = self.pop(frame) if flags & 0x08 else None
+        if flags & 0x04:
+            self.pop(frame)  # annotations
+        kwdefaults = self.pop(frame) if flags & 0x02 else None
+        defaults = self.pop(frame) if flags & 0x01 else None
+        code = as_python_constant(code_var)
+        self.push(
+            frame,
+            FunctionVar(
+                code=code,
+                globals=frame.globals,
+                name=code.co_name,
+                defaults=defaults,
+                kwdefaults=kwdefaults,
+                closure=list(closure.items) if closure is not None else None,
+            ),
+        )
+
+    def RETURN_VALUE(self, frame, ins):
+        return _Return(self.pop(frame))
+
+    # ---- operators -------------------------------------------------------------------------------
+
+    def BINARY_OP(self, frame, ins):
+        b = self.pop(frame)
+        a = self.pop(frame)
+        op = ins.argrepr
+        self.push(frame, ops.binary(self, BINARY_OPS[op], a, b))
+
+    def COMPARE_OP(self, frame, ins):
+        b = self.pop(frame)
+        a = self.pop(frame)
+        op = ins.argval if isinstance(ins.argval, str) else dis.cmp_op[ins.arg]
+        self.push(frame, ops.binary(self, COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b))
+
+    def IS_OP(self, frame, ins):
+        b = self.pop(frame)
+        a = self.pop(frame)
+        same = ops.is_same(a, b)
+        self.push(frame, ConstVar(same != bool(ins.arg)))
+
+    def CONTAINS_OP(self, frame, ins):
+        container = self.pop(frame)
+        item = self.pop(frame)
+        found = ops.contains(self, container, item)
+        self.push(frame, ConstVar(found != bool(ins.arg)) if isinstance(found, bool) else found)
+
+    def UNARY_NEGATIVE(self, frame, ins):
+        self.push(frame, ops.unary(self, operator.neg, self.pop(frame)))
+
+    def UNARY_POSITIVE(self, frame, ins):
+        self.push(frame, ops.unary(self, operator.pos, self.pop(frame)))
+
+    def UNARY_INVERT(self, frame, ins):
+        self.push(frame, ops.unary(self, operator.invert, self.pop(frame)))
+
+    def UNARY_NOT(self, frame, ins):
+        self.push(frame, ConstVar(not ops.truth(self, self.pop(frame))))
+
+    def CALL_INTRINSIC_1(self, frame, ins):
+        kind = ins.argrepr
+        v = self.pop(frame)
+        if kind == "INTRINSIC_LIST_TO_TUPLE":
+            self.push(frame, TupleVar(list(v.items)))
+        elif kind == "INTRINSIC_UNARY_POSITIVE":
+            self.push(frame, ops.unary(self, operator.pos, v))
+        else:
+            raise Break(f"CALL_INTRINSIC_1 {kind} is not supported")
+
+    # ---- subscripts ------------------------------------------------------------------------------
+
+    def BINARY_SUBSCR(self, frame, ins):
+        index = self.pop(frame)
+        obj = self.pop(frame)
+        self.push(frame, ops.getitem(self, obj, index))
+
+    def BINARY_SLICE(self, frame, ins):
+        stop = self.pop(frame)
+        start = self.pop(frame)
+        obj = self.pop(frame)
+        self.push(frame, ops.getitem(self, obj, SliceVar(start, stop, ConstVar(None))))
+
+    def STORE_SUBSCR(self, frame, ins):
+        index = self.resolve(frame.stack[-1])
+        obj = self.resolve(frame.stack[-2])
+        value = self.resolve(frame.stack[-3])
+        ops.setitem(self, obj, index, value)
+        del frame.stack[-3:]
+
+    def STORE_SLICE(self, frame, ins):
+        stop = self.resolve(frame.stack[-1])
+        start = self.resolve(frame.stack[-2])
+        obj = self.resolve(frame.stack[-3])
+        value = self.resolve(frame.stack[-4])
+        ops.setitem(self, obj, SliceVar(start, stop, ConstVar(None)), value)
+        del frame.stack[-4:]
+
+    def DELETE_SUBSCR(self, frame, ins):
+        index = self.resolve(frame.stack[-1])
+        obj = self.resolve(frame.stack[-2])
+        ops.delitem(self, obj, index)
+        del frame.stack[-2:]
+
+    # ---- building containers -------------------------------------------------------------------
+
+    def BUILD_TUPLE(self, frame, ins):
+        self.push(frame, TupleVar(self.popn(frame, ins.arg)))
+
+    def BUILD_LIST(self, frame, ins):
+        self.push(frame, ListVar(self.popn(frame, ins.arg)))
+
+    def BUILD_SET(self, frame, ins):
+        items = self.popn(frame, ins.arg)
+        if not all(is_python_constant(i) for i in items):
+            raise Break("a set of tensors")
+        self.push(frame, SetVar(items))
+
+    def BUILD_MAP(self, frame, ins):
+        flat = self.popn(frame, 2 * ins.arg)
+        items = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            items[ops.dict_key(k)] = v
+        self.push(frame, DictVar(items))
+
+    def BUILD_CONST_KEY_MAP(self, frame, ins):
+        keys = as_python_constant(self.pop(frame))
+        values = self.popn(frame, ins.arg)
+        self.push(frame, DictVar(dict(zip(keys, values))))
+
+    def BUILD_SLICE(self, frame, ins):
+        parts = self.popn(frame, ins.arg)
+        if len(parts) == 2:
+            parts.append(ConstVar(None))
+        self.push(frame, SliceVar(*parts))
+
+    def BUILD_STRING(self, frame, ins):
+        parts = self.popn(frame, ins.arg)
+        self.push(frame, ConstVar("".join(as_python_constant(p) for p in parts)))
+
+    def FORMAT_VALUE(self, frame, ins):
+        flags = ins.arg or 0
+        spec = as_python_constant(self.pop(frame)) if flags & 0x04 else ""
+        value = self.pop(frame)
+        if not is_python_constant(value) or isinstance(value, ObjVar):
+            raise Break("an f-string formats a value that is not a Python constant")
+        v = as_python_constant(value)
+        conv = flags & 0x03
+        if conv == 1:
+            v = str(v)
+        elif conv == 2:
+            v = repr(v)
+        elif conv == 3:
+            v = ascii(v)
+        self.push(frame, ConstVar(format(v, spec)))
+
+    def LIST_APPEND(self, frame, ins):
+        v = self.pop(frame)
+        target = self.resolve(frame.stack[-ins.arg])
+        ops.mutable_list(target).items.append(v)
+
+    def LIST_EXTEND(self, frame, ins):
+        v = self.pop(frame)
+        target = self.resolve(frame.stack[-ins.arg])
+        ops.mutable_list(target).items.extend(ops.unpack_iterable(self, v))
+
+    def LIST_TO_TUPLE(self, frame, ins):
+        v = self.pop(frame)
+        self.push(frame, TupleVar(list(v.items)))
+
+    def SET_ADD(self, frame, ins):
+        v = self.pop(frame)
+        target = frame.stack[-ins.arg]
+        if not isinstance(target, SetVar) or not is_python_constant(v):
+            raise Break("set of non-constants")
+        target.items.append(v)
+
+    def SET_UPDATE(self, frame, ins):
+        v = self.pop(frame)
+        target = frame.stack[-ins.arg]
+        if not isinstance(target, SetVar):
+            raise Break("set update")
+        target.items.extend(ops.unpack_iterable(self, v))
+
+    def MAP_ADD(self, frame, ins):
+        value = self.pop(frame)
+        key = self.pop(frame)
+        target = self.resolve(frame.stack[-ins.arg])
+        ops.mutable_dict(target).items[ops.dict_key(key)] = value
+
+    def DICT_UPDATE(self, frame, ins):
+        v = self.pop(frame)
+        target = self.resolve(frame.stack[-ins.arg])
+        ops.mutable_dict(target).items.update(ops.as_dict(self, v).items)
+
+    DICT_MERGE = DICT_UPDATE
+
+    def UNPACK_SEQUENCE(self, frame, ins):
+        items = ops.unpack_iterable(self, self.pop(frame))
+        if len(items) != ins.arg:
+            raise Break(f"unpacking {len(items)} values into {ins.arg} names")
+        for v in reversed(items):
+            self.push(frame, v)
+
+    def UNPACK_EX(self, frame, ins):
+        items = ops.unpack_iterable(self, self.pop(frame))
+        before, after = ins.arg & 0xFF, ins.arg >> 8
+        if len(items) < before + after:
+            raise Break("not enough values to unpack")
+        rest = ListVar(items[before : len(items) - after])
+        ordered = items[:before] + [rest] + items[len(items) - after :]
+        for v in reversed(ordered):
+            self.push(frame, v)
+
+    # ---- iteration and jumps ---------------------------------------------------------------------
+
+    def GET_ITER(self, frame, ins):
+        self.push(frame, ops.get_iter(self, self.pop(frame)))
+
+    def FOR_ITER(self, frame, ins):
+        it = self.resolve(frame.stack[-1])
+        frame.stack[-1] = it
+        if not isinstance(it, IteratorVar):
+            raise Break(f"iteration over {type(it).__name__} is not traced")
+        if it.index < len(it.items):
+            self.push(frame, it.items[it.index])
+            it.index += 1
+            return
+        if PY312:
+            self.push(frame, NULL)  # END_FOR pops the iterator and this
+        else:
+            frame.stack.pop()
+        self.jump(frame, ins)
+
+    def JUMP_FORWARD(self, frame, ins):
+        self.jump(frame, ins)
+
+    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP = JUMP_NO_INTERRUPT = JUMP_FORWARD
+
+    def _pop_jump(self, frame, ins, when: Callable[[SymFrame, Var], bool]):
+        v = self.resolve(frame.stack[-1])
+        taken = when(frame, v)
+        frame.stack.pop()
+        if taken:
+            self.jump(frame, ins)
+
+    def POP_JUMP_IF_FALSE(self, frame, ins):
+        self._pop_jump(frame, ins, lambda f, v: not ops.truth(self, v))
+
+    def POP_JUMP_IF_TRUE(self, frame, ins):
+        self._pop_jump(frame, ins, lambda f, v: ops.truth(self, v))
+
+    def POP_JUMP_IF_NONE(self, frame, ins):
+        self._pop_jump(frame, ins, lambda f, v: ops.is_none(v))
+
+    def POP_JUMP_IF_NOT_NONE(self, frame, ins):
+        self._pop_jump(frame, ins, lambda f, v: not ops.is_none(v))
+
+    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_IF_FALSE
+    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_IF_TRUE
+    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_IF_NONE
+    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
+
+    def JUMP_IF_FALSE_OR_POP(self, frame, ins):
+        v = self.resolve(frame.stack[-1])
+        if not ops.truth(self, v):
+            self.jump(frame, ins)
+        else:
+            frame.stack.pop()
+
+    def JUMP_IF_TRUE_OR_POP(self, frame, ins):
+        v = self.resolve(frame.stack[-1])
+        if ops.truth(self, v):
+            self.jump(frame, ins)
+        else:
+            frame.stack.pop()
+
+    # ---- with blocks -------------------------------------------------------------------------------
+
+    def BEFORE_WITH(self, frame, ins):
+        ctx = self.resolve(frame.stack[-1])
+        if not isinstance(ctx, GradModeVar):
+            raise Break(f"`with` over {ops.describe(ctx)} runs in Python")
+        frame.stack.pop()
+        prev = self.builder.grad_enabled
+        self.builder.set_grad_enabled(ctx.enabled)
+        self.push(frame, GradExitVar(prev))
+        self.push(frame, ConstVar(None))
+
+    def PUSH_EXC_INFO(self, frame, ins):
+        raise Break("exception handling runs in Python")
+
+    WITH_EXCEPT_START = POP_EXCEPT = RERAISE = PUSH_EXC_INFO
+
+    def RAISE_VARARGS(self, frame, ins):
+        raise Break("the function raises an exception here")
+
+    def LOAD_ASSERTION_ERROR(self, frame, ins):
+        self.push(frame, ObjVar(AssertionError))
+
+    def IMPORT_NAME(self, frame, ins):
+        raise Break(f"import {ins.argval} runs in Python")
+
+    IMPORT_FROM = IMPORT_NAME
+
+
+@dataclass
+class _Return:
+    value: Var
+
+
+def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
+    """Collect the graph values reachable from `v` (for a graph's outputs)."""
+    if id(v) in seen:
+        return
+    seen.add(id(v))
+    if isinstance(v, TensorVar):
+        out.append(v)
+    elif isinstance(v, (ListVar, TupleVar, SetVar, IteratorVar)):
+        for i in v.items:
+            tensor_vars(i, out, seen)
+    elif isinstance(v, DictVar):
+        for i in v.items.values():
+            tensor_vars(i, out, seen)
+    elif isinstance(v, SliceVar):
+        for i in (v.start, v.stop, v.step):
+            tensor_vars(i, out, seen)
+    elif isinstance(v, CellVar):
+        if v.contents is not None:
+            tensor_vars(v.contents, out, seen)
+    elif isinstance(v, FunctionVar):
+        for part in (v.defaults, v.kwdefaults):
+            if part is not None:
+                tensor_vars(part, out, seen)
+        for c in v.closure or ():
+            tensor_vars(c, out, seen)
+    elif hasattr(v, "fields"):
+        for i in v.fields.values():
+            tensor_vars(i, out, seen)
+    elif isinstance(v, AttrCallVar):
+        tensor_vars(v.obj, out, seen)
+    elif hasattr(v, "self_var"):
+        tensor_vars(v.self_var, out, seen)
+        tensor_vars(v.func, out, seen)
+
+

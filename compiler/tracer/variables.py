@@ -1,0 +1,212 @@
+"""The few kinds of value the symbolic interpreter manipulates.
+
+A value is either a graph value (`TensorVar`), a Python value the graph is specialised on
+(`ConstVar`), a real object used read-only (`ObjVar`: modules, functions, classes), or a
+container or helper object built during tracing. `source` is the Python expression (over `L`
+and `G`) the value was read from at the start of the entry; values with a source are guarded,
+and can be fetched again at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+class Var:
+    source: str | None = None
+
+
+@dataclass(eq=False)
+class TensorVar(Var):
+    node: torch.fx.Node
+    fake: torch.Tensor
+    source: str | None = None  # set for graph inputs
+
+    def __repr__(self) -> str:
+        return f"TensorVar({self.node.name})"
+
+
+@dataclass(eq=False)
+class ConstVar(Var):
+    value: Any
+    source: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ConstVar({self.value!r})"
+
+
+@dataclass(eq=False)
+class ObjVar(Var):
+    """A real object the trace reads but never mutates (modules, functions, classes, ...)."""
+
+    value: Any
+    source: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ObjVar({type(self.value).__name__})"
+
+
+@dataclass(eq=False)
+class ListVar(Var):
+    items: list[Var]
+    source: str | None = None  # set when the list exists outside the trace (never mutated)
+
+
+@dataclass(eq=False)
+class TupleVar(Var):
+    items: list[Var]
+    source: str | None = None
+    cls: type = tuple  # tuple, torch.Size or a namedtuple class
+
+
+@dataclass(eq=False)
+class DictVar(Var):
+    items: dict[Any, Var]  # keys are Python constants
+    source: str | None = None
+    cls: type = dict
+
+
+@dataclass(eq=False)
+class SetVar(Var):
+    items: list[Var]  # constants only
+
+
+@dataclass(eq=False)
+class SliceVar(Var):
+    start: Var
+    stop: Var
+    step: Var
+
+
+@dataclass(eq=False)
+class FunctionVar(Var):
+    """A Python function: a real one (`fn`), or one built by MAKE_FUNCTION during tracing."""
+
+    fn: Any = None
+    code: Any = None
+    globals: dict | None = None
+    name: str = ""
+    defaults: Var | None = None  # TupleVar
+    kwdefaults: Var | None = None  # DictVar
+    closure: list[CellVar] | None = None
+    source: str | None = None
+
+    def get_code(self):
+        return self.fn.__code__ if self.fn is not None else self.code
+
+    def get_globals(self) -> dict:
+        return self.fn.__globals__ if self.fn is not None else self.globals
+
+
+@dataclass(eq=False)
+class MethodVar(Var):
+    """`obj.method` bound during tracing: a Python function with `self` already supplied."""
+
+    func: Var
+    self_var: Var
+
+
+@dataclass(eq=False)
+class AttrCallVar(Var):
+    """A method of a tensor or a container, called by name: `x.add`, `lst.append`."""
+
+    obj: Var
+    name: str
+
+
+@dataclass(eq=False)
+class CellVar(Var):
+    """A closure cell: one created by this frame (symbolic), or a real one (`cell`)."""
+
+    contents: Var | None = None
+    cell: Any = None  # the real cell, when it exists outside the trace
+    name: str = ""
+    source: str | None = None
+    dirty: bool = False  # written during the trace: the real cell must be updated
+
+
+@dataclass(eq=False)
+class IteratorVar(Var):
+    items: list[Var]
+    index: int = 0
+
+
+@dataclass(eq=False)
+class GradModeVar(Var):
+    """`torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(b)` as a context."""
+
+    enabled: bool
+
+
+@dataclass(eq=False)
+class GradExitVar(Var):
+    """The `__exit__` that BEFORE_WITH left on the stack for a grad-mode block."""
+
+    restore: bool
+
+
+@dataclass(eq=False)
+class NullVar(Var):
+    """The NULL that PUSH_NULL / LOAD_GLOBAL / LOAD_ATTR push before a callable."""
+
+
+@dataclass(eq=False)
+class SuperVar(Var):
+    cls: Any
+    obj: Var
+
+
+@dataclass(eq=False)
+class NewObjectVar(Var):
+    """An instance of a plain data class (a dataclass or a ModelOutput) built during tracing;
+    it is rebuilt for real, by calling the class, when it leaves the graph."""
+
+    cls: type
+    fields: dict[str, Var] = field(default_factory=dict)
+
+
+NULL = NullVar()
+
+
+def is_const(v: Var) -> bool:
+    return isinstance(v, ConstVar)
+
+
+def as_python_constant(v: Var) -> Any:
+    """The Python value of a var made only of constants; raises TypeError otherwise."""
+    if isinstance(v, ConstVar):
+        return v.value
+    if isinstance(v, TupleVar):
+        return v.cls(as_python_constant(i) for i in v.items) if v.cls in (tuple, torch.Size) else tuple(
+            as_python_constant(i) for i in v.items
+        )
+    if isinstance(v, ListVar):
+        return [as_python_constant(i) for i in v.items]
+    if isinstance(v, DictVar):
+        return {k: as_python_constant(i) for k, i in v.items.items()}
+    if isinstance(v, SliceVar):
+        return slice(as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step))
+    if isinstance(v, ObjVar):
+        return v.value
+    raise TypeError(f"{type(v).__name__} is not a constant")
+
+
+def is_python_constant(v: Var) -> bool:
+    try:
+        as_python_constant(v)
+        return True
+    except TypeError:
+        return False
+
+
+def contains_tensor(v: Var) -> bool:
+    if isinstance(v, TensorVar):
+        return True
+    if isinstance(v, (ListVar, TupleVar)):
+        return any(contains_tensor(i) for i in v.items)
+    if isinstance(v, DictVar):
+        return any(contains_tensor(i) for i in v.items.values())
+    return False

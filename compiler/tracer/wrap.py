@@ -1,0 +1,96 @@
+"""Turning real values read from the frame into tracer values, with their guards."""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from compiler.tracer.guards import CONSTANT_TYPES
+from compiler.tracer.variables import (
+    ConstVar,
+    DictVar,
+    FunctionVar,
+    IteratorVar,
+    ListVar,
+    ObjVar,
+    TupleVar,
+    Var,
+)
+
+if TYPE_CHECKING:
+    from compiler.tracer.translator import Tracer
+
+_ITERATOR_TYPES = (type(iter([])), type(iter(())), type(iter(range(0))))
+
+# torch values the graph is specialised on; compared by equality.
+_TORCH_CONSTANTS = (torch.dtype, torch.device, torch.memory_format, torch.layout, torch.Size)
+
+
+def wrap(tx: Tracer, value: Any, source: str) -> Var:
+    """A tracer value for `value`, read from `source` at the start of the entry."""
+    line = tx.builder.line
+    guards = tx.guards
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.parameter.Buffer):
+            guards.type_of(source, value, line)
+            return ObjVar(value, source)
+        return tx.builder.add_input(value, source)
+    if isinstance(value, CONSTANT_TYPES):
+        guards.constant(source, value, line)
+        return ConstVar(value, source)
+    if isinstance(value, _TORCH_CONSTANTS):
+        if isinstance(value, torch.Size):
+            guards.constant(source, value, line)
+        else:
+            guards.identity(source, value, line) if isinstance(value, torch.dtype) else guards.constant(
+                source, value, line
+            )
+        return ConstVar(value, source)
+    if type(value) is list:
+        guards.length(source, value, line)
+        return ListVar([wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)], source)
+    if isinstance(value, tuple):
+        guards.length(source, value, line)
+        items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
+        return TupleVar(items, source, cls=type(value))
+    if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
+        guards.dict_keys(source, value, line)
+        items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
+        return DictVar(items, source, cls=type(value))
+    if isinstance(value, _ITERATOR_TYPES):
+        # An iterator left on the stack by an earlier entry: read what remains without
+        # consuming it.
+        remaining = iterator_rest(value)
+        guards.length(f"___iter_rest({source})", remaining, line)
+        tx.guards.namespace["___iter_rest"] = iterator_rest
+        return IteratorVar([wrap(tx, v, f"___iter_rest({source})[{i}]") for i, v in enumerate(remaining)])
+    if isinstance(value, types.FunctionType):
+        guards.identity(source, value, line)
+        return FunctionVar(fn=value, source=source)
+    if isinstance(value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)) or callable(value):
+        guards.identity(source, value, line)
+        return ObjVar(value, source)
+    guards.identity(source, value, line)
+    return ObjVar(value, source)
+
+
+def wrap_unguarded(value: Any) -> Var:
+    """A tracer value for an object produced during tracing (not read from the frame)."""
+    if isinstance(value, (CONSTANT_TYPES, _TORCH_CONSTANTS)):
+        return ConstVar(value)
+    if isinstance(value, types.FunctionType):
+        return FunctionVar(fn=value)
+    if type(value) is tuple:
+        return TupleVar([wrap_unguarded(v) for v in value])
+    if type(value) is list:
+        return ListVar([wrap_unguarded(v) for v in value])
+    return ObjVar(value)
+
+
+def iterator_rest(it: Any) -> list:
+    reduced = it.__reduce__()
+    seq = reduced[1][0] if reduced[1] else ()
+    index = reduced[2] if len(reduced) > 2 else 0
+    return list(seq)[index:]

@@ -12,9 +12,6 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 CONSTRAINTS := $(VENV)/constraints.txt
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-# ipykernel reads $(sys.prefix)/etc/ipython, so this loads the extension in every kernel of
-# this .venv (the notebooks also run %load_ext themselves; the extension's load is idempotent).
-KERNEL_CONFIG := $(VENV)/etc/ipython/ipython_kernel_config.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
@@ -27,8 +24,6 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 	printf '%s\n' $(TORCH_PINS) > $(CONSTRAINTS)
 	$(PIP) install $(TORCH_PINS)
 	$(PIP) install -c $(CONSTRAINTS) -e '.[dev]'
-	mkdir -p $(dir $(KERNEL_CONFIG))
-	echo "c.InteractiveShellApp.extensions = ['jupyter_compile']" > $(KERNEL_CONFIG)
 	touch $@
 
 setup: $(STAMP) system-deps
@@ -46,5 +41,9 @@ lint: $(STAMP)
 test: setup lint
 	JUPYTER_COMPILE_REQUIRE_BROWSER=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# Each notebook starts with `%load_ext jupyter_compile` (loading it for every kernel as well
+# would make that line print "already loaded"), so a notebook works the same in make lab,
+# on Binder and after a plain `pip install jupyter-compile`.
 lab: setup
+	@echo "Notebooks load the extension with: %load_ext jupyter_compile"
 	$(VENV)/bin/jupyter lab notebooks/

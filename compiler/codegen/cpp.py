@@ -31,14 +31,15 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from compiler.codegen.common import KernelSource
 from compiler.codegen.cpp_prelude import COMPUTE_TYPE, MATH_FUNCTIONS, PRELUDE, STORAGE_TYPE
 from compiler.ir.index import FloorDiv, Index, Mod, Var
-from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value, children
+from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value, children
+from compiler.ir.transform import substitute
 from compiler.runtime import cpp_build
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
 
@@ -388,7 +389,16 @@ class _KernelWriter:
     def _load(self, load: Load) -> str:
         layout = self.schedule.buffers[load.buf]
         ptr = self.ptrs[load.buf]
-        index = c_index(layout.index(load.indices))
+        if all(isinstance(i, Index) for i in load.indices):
+            index = c_index(layout.index(load.indices))
+        else:  # a gather: some coordinates are computed values (already wrapped by lowering)
+            terms = [str(layout.offset)] if layout.offset else []
+            for i, stride in zip(load.indices, layout.stride):
+                coord = (
+                    c_index(i) if isinstance(i, Index) else f"static_cast<int64_t>({self.value(i)})"
+                )
+                terms.append(f"({coord})*{stride}" if stride != 1 else f"({coord})")
+            index = " + ".join(terms) or "0"
         expr = _load_expr(ptr, index, layout.dtype)
         if layout.dtype != load.dtype:
             expr = _convert(expr, layout.dtype, load.dtype)
@@ -465,7 +475,7 @@ class _KernelWriter:
         return sorted(outer, key=lambda v: -strides[v])
 
     def _pointwise(self) -> None:
-        order = self._loop_order()
+        order = self._merge_loops(self._loop_order())
         numel = self.group.outer_numel
         parallel = numel >= PARALLEL_MIN_WORK
         if not order:
@@ -494,6 +504,30 @@ class _KernelWriter:
         self._outer_body()
         for _ in order:
             self.close()
+
+    def _merge_loops(self, order: list[Var]) -> list[Var]:
+        """Fuse neighbouring loops whose every index is affine in the fused variable (a
+        contiguous H x W becomes one loop of H*W): longer vectorised inner loops and fewer
+        loop levels. The group's steps are rewritten to the fused variables."""
+        k = len(order) - 1
+        while k > 0:
+            a, b = order[k - 1], order[k]
+            fused = Var(a.name, a.size * b.size)
+            mapping = {
+                a.name: Index.of(fused) // max(b.size, 1),
+                b.name: Index.of(fused) % max(b.size, 1),
+            }
+            steps = [_substitute_step(s, mapping) for s in self.group.steps]
+            if all(
+                i.coefficient(fused) is not None
+                for s in steps
+                for i in _step_indices(s, self.schedule.buffers)
+            ):
+                self.group = replace(self.group, steps=tuple(steps))
+                self.steps = {s.name: s for s in steps}
+                order[k - 1 : k + 1] = [fused]
+            k -= 1
+        return order
 
     def _outer_body(self) -> None:
         for step in self.group.steps:
@@ -533,11 +567,13 @@ class _KernelWriter:
         return segments
 
     def _reduction(self) -> None:
+        outer = self._merge_loops(list(self.group.outer))
+        # Reduction loops fuse in their own order only, so argmax positions stay flat indices.
+        self.rvars = self._merge_loops(list(self.group.reduction))
         group = self.group
         segments = self._segments()
         work = group.outer_numel * group.reduction_numel
         big = work >= PARALLEL_MIN_WORK
-        outer = list(group.outer)
         split = (
             big
             and group.outer_numel < OUTER_MIN_POINTS
@@ -599,7 +635,7 @@ class _KernelWriter:
                 self.emit(line)
         clauses = " ".join(c for a in accs for c in a.clauses())
         vectorise = all(a.clauses() for a in accs)
-        rvars = list(self.group.reduction)
+        rvars = self.rvars
         position = c_index(_flat(rvars))
         for k, var in enumerate(rvars):
             innermost = k == len(rvars) - 1
@@ -629,6 +665,25 @@ class _KernelWriter:
             self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {acc.result()};")
             self.bind(("step", acc.step.name), result)
             self.store(acc.step, result)
+
+
+def _substitute_step(step: Step, mapping: dict[str, Index]) -> Step:
+    store = tuple(i.subs(mapping) for i in step.store) if step.store is not None else None
+    return replace(step, value=substitute(step.value, mapping), store=store)
+
+
+def _step_indices(step: Step, buffers: dict[str, Layout]) -> list[Index]:
+    """Every address and index value a step computes (what loop fusion must keep affine)."""
+    out = [buffers[step.name].index(step.store)] if step.store is not None else []
+    for v in _iter(step.value):
+        if isinstance(v, Load):
+            if all(isinstance(i, Index) for i in v.indices):
+                out.append(buffers[v.buf].index(v.indices))
+            else:
+                out.extend(i for i in v.indices if isinstance(i, Index))
+        elif isinstance(v, IndexValue):
+            out.append(v.index)
+    return out
 
 
 def _iter(value: Value):

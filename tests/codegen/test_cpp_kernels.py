@@ -264,3 +264,32 @@ def test_printers():
     assert c_constant(float("inf"), torch.float32) == "static_cast<float>(INFINITY)"
     assert c_constant(-(2**63), torch.int64) == "INT64_MIN"
     assert c_constant(0.1, torch.float32) == "0.1f"
+
+
+def test_contiguous_loops_fuse_into_one():
+    x = torch.randn(2, 3, 8, 8)
+    scale = torch.randn(3, 1, 1)
+    xs = make_vars("x", (2, 3, 8, 8))
+    f32 = torch.float32
+    # per-channel scale (a broadcast: stride 0 over n, h, w) times x
+    b = scale.expand(2, 3, 8, 8)
+    value = Op("mul", (load("arg0", x, xs), load("arg1", b, xs)), f32)
+    out = Layout.contiguous((2, 3, 8, 8), f32, CPU)
+    step = Step("buf0", "outer", value, f32, None, tuple(Index.of(v) for v in xs))
+    source, outs = run_kernel([step], xs, (), {"arg0": x, "arg1": b}, {"buf0": out})
+    torch.testing.assert_close(outs["buf0"], x * scale)
+    # h and w fuse (64 contiguous elements); n and c cannot (the scale depends on c only)
+    assert source.source.count("for (int64_t") == 3 and "x2 < 64" in source.source
+
+
+def test_reduction_over_contiguous_dims_is_one_loop():
+    x = torch.randn(4, 6, 5, 5)
+    xv = Var("x0", 24)
+    r = make_vars("r", (5, 5))
+    f32 = torch.float32
+    value = Load("arg0", (Index.of(xv) // 6, Index.of(xv) % 6, Index.of(r[0]), Index.of(r[1])), f32)
+    step = Step("buf0", "inner", value, f32, "sum", (Index.of(xv),))
+    out = Layout.contiguous((24,), f32, CPU)
+    source, outs = run_kernel([step], (xv,), r, {"arg0": x}, {"buf0": out})
+    torch.testing.assert_close(outs["buf0"], x.sum((2, 3)).flatten())
+    assert "r0 < 25" in source.source and "r1" not in source.source

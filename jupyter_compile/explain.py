@@ -1,9 +1,9 @@
 """The `%explain` view: what `compiler.explain(fn)(*args)` found, made readable.
 
 The ExplainOutput is read by attribute (graph_count, graph_break_count, break_reasons,
-ops_per_graph, out_guards, compile_times, and `report` when present) so that the view
-follows what `torch._dynamo.explain` reports; with a `report` (a CompiledReport), the
-annotated source and the graphs are drawn as in the inspector.
+ops_per_graph, out_guards, compile_times, and `functions`, the FunctionRecords) so that the
+view follows what `torch._dynamo.explain` reports; with the records, the annotated source and
+the graphs are drawn as in the inspector.
 """
 
 from __future__ import annotations
@@ -71,11 +71,6 @@ def render(out: Any, title: str) -> str:
         parts.append(table(["#", "reason", "where", "source line"], rows, mono_cols=(3,)))
     else:
         parts.append(note("no graph breaks: the whole function was captured"))
-    report = getattr(out, "report", None)
-    if isinstance(report, CompiledReport) and report.functions:
-        from jupyter_compile.inspector import static_report
-
-        parts.append(static_report(title, report))
     if ops_per_graph:
         body = "".join(
             details(
@@ -85,8 +80,13 @@ def render(out: Any, title: str) -> str:
             for i, ops in enumerate(ops_per_graph)
         )
         parts.append(heading("ops per graph") + body)
+    functions = getattr(out, "functions", None)
     guards = getattr(out, "out_guards", None) or []
-    if guards:
+    if functions:  # the records: source, graphs and guards drawn as in the inspector
+        from jupyter_compile.inspector import static_report
+
+        parts.append(static_report(title, CompiledReport(functions=list(functions))))
+    elif guards:
         rows_g = [
             (getattr(g, "kind", ""), getattr(g, "source", ""), getattr(g, "expr", str(g)))
             for g in guards

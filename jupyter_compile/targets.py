@@ -115,6 +115,11 @@ class FunctionTarget(Target):
         except (AttributeError, TypeError):  # a callable object without __name__ and friends
             compiled_call.__name__ = self.name
         compiled_call.__jupyter_compile__ = self
+        # What compiler.inspect and compiler.explain look for, so they accept the name as bound
+        # in the notebook, e.g. `compiler.inspect(f)` after `%%compile` defined f.
+        for attr in ("__compiled__", "_orig_fn"):
+            if hasattr(self.compiled, attr):
+                setattr(compiled_call, attr, getattr(self.compiled, attr))
         return compiled_call
 
     def report(self) -> CompiledReport | None:

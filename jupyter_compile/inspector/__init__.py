@@ -162,9 +162,10 @@ def refresh_stale(*_args: Any) -> None:
 
 
 def static_report(title: str, report: CompiledReport | None) -> str:
-    """The static tabs of a report without widgets or timing (used by `%explain`)."""
+    """Overview, graphs and guards of a report as static HTML (used by `%explain`, whose
+    recording backend generates no kernels and whose run is not timed)."""
     state = InspectorState(title=title, report=report)
-    return static_tabs(title, [(name, module.render(state)) for name, module in _TABS[:4]])
+    return static_tabs(title, [(name, module.render(state)) for name, module in _TABS[:3]])
 
 
 __all__ = ["Inspector", "mark_stale", "refresh_stale", "static_report"]

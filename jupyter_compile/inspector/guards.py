@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from compiler.records import EntryRecord, FunctionRecord
+from compiler.records import EntryRecord, FunctionRecord, SourceLine
 from jupyter_compile.html import Raw, details, esc, highlight, note, table
 from jupyter_compile.inspector.common import InspectorState, where
 
@@ -58,8 +58,7 @@ def entry_view(fn: FunctionRecord, entry: EntryRecord, number: str) -> str:
         )
     if entry.guards:
         rows = [
-            (g.kind, g.source, g.expr, g.description, where(g.user_line) if g.user_line else "")
-            for g in entry.guards
+            (g.kind, g.source, g.expr, g.description, _user_line(g.user_line)) for g in entry.guards
         ]
         parts.append(
             table(["kind", "source", "expr", "description", "user line"], rows, mono_cols=(1, 2))
@@ -75,6 +74,15 @@ def entry_view(fn: FunctionRecord, entry: EntryRecord, number: str) -> str:
         f"{len(entry.guards)} guards · {entry.hits} hits"
     )
     return details(title, "".join(parts), open_=(number == "0"))
+
+
+def _user_line(line: SourceLine | None) -> Raw | str:
+    """The line that made the guard, short; the full path in its tooltip."""
+    if line is None:
+        return ""
+    return Raw(
+        f'<span title="{esc(where(line))}">{line.lineno}: <code>{esc(line.text.strip())}</code></span>'
+    )
 
 
 def render(state: InspectorState) -> str:

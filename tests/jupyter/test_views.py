@@ -175,7 +175,7 @@ def test_explain_view_from_an_explain_output() -> None:
         ],
         out_guards=fn.entries[0].guards,
         compile_times="trace: 0.01",
-        report=report,
+        functions=report.functions,
     )
     view = ExplainView(out, "evil_fn")
     markup = view._repr_html_()

@@ -1,0 +1,151 @@
+"""%%compile and %explain with the real compiler, through a real IPython shell."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+import torch
+
+import compiler
+import jupyter_compile
+from jupyter_compile.inspector import WIDGET_MIME
+from tests.jupyter.conftest import run
+
+BAR = """\
+def bar(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+"""
+
+
+def visible(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def line_row(markup: str, lineno: int) -> str:
+    return re.search(rf'<tr class="jc-line" data-line="{lineno}"[^>]*>', markup).group(0)
+
+
+@pytest.fixture
+def shell(ipython):
+    ipython.run_cell("import torch")
+    return ipython
+
+
+def inspector(shell, name: str):
+    return jupyter_compile._installed[id(shell)]["magics"].inspectors[name]
+
+
+def test_compile_cell_breaks_and_annotated_source(shell) -> None:
+    out = run(
+        shell, "%%compile --backend eager\n" + BAR + "y = bar(torch.randn(10), torch.randn(10))\n"
+    )
+    assert out.result.success, out.stdout + out.stderr
+    a, b = torch.randn(10), torch.randn(10)
+    assert torch.allclose(
+        shell.user_ns["bar"](a, b), (a / (a.abs() + 1)) * (b if b.sum() >= 0 else -b)
+    )
+
+    views = [d for d in out.bundles() if WIDGET_MIME in d]
+    assert len(views) == 1
+    static = views[0]["text/html"]
+    text = visible(static)
+    assert "graph breaks: 1" in text and "graphs: 2" in text
+    assert "graph break: data-dependent control flow" in text
+    # the function starts on line 1 of the cell; graph 0 covers lines 2-3, the break is on line 3
+    assert "background:" in line_row(static, 2) and 'title="graph 0' in line_row(static, 2)
+    assert "background:" not in line_row(static, 1)
+    assert 'title="graph 1' in line_row(static, 5)
+    assert text.count("if b.sum() < 0:") >= 1
+    assert "<svg" in static  # the graphs tab drew with graphviz
+    # the name as bound in the notebook is accepted by the compiler's own API
+    assert compiler.inspect(shell.user_ns["bar"]).functions[0].name == "bar"
+
+
+def test_inspector_follows_a_recompile_from_a_later_cell(shell) -> None:
+    run(
+        shell,
+        "%%compile --backend eager\ndef f(x):\n    return torch.sin(x) * 2\nf(torch.randn(4))\n",
+    )
+    view = inspector(shell, "f")
+    assert len(view.state.report.entries) == 1
+    run(shell, "f(torch.randn(4, 3))")  # a new rank: the guards fail and f recompiles
+    assert len(view.state.report.entries) == 2
+    history = visible(view.views[2].widget.value)
+    assert "recompile history" in history and "first compile" in history
+    reason = view.state.report.entries[1].recompile_reason
+    assert reason and reason in history
+    assert "recompiles: 1" in visible(view.header.value)
+
+
+def test_module_class_instances_compile_and_stay_modules(shell) -> None:
+    out = run(
+        shell,
+        "%%compile --backend eager\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(8, 4)\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(self.lin(x)) + 1\n"
+        "net = Net()\n"
+        "x = torch.randn(2, 8)\n"
+        "y = net(x)\n",
+    )
+    assert out.result.success, out.stdout + out.stderr
+    net, x, y = shell.user_ns["net"], shell.user_ns["x"], shell.user_ns["y"]
+    assert type(net).__name__ == "Net" and isinstance(net, shell.user_ns["Net"])
+    assert set(net.state_dict()) == {"lin.weight", "lin.bias"}
+    assert torch.allclose(y, torch.relu(net.lin(x)) + 1)
+    report = inspector(shell, "Net").state.report
+    assert report.functions[0].name == "forward" and report.graphs
+    assert "Net" in visible(out.html()) and "nn.Module class" in out.html()
+
+
+def test_explain_magic_shows_the_break_line(shell) -> None:
+    run(shell, BAR)
+    out = run(shell, "%explain bar(torch.randn(10), torch.randn(10))")
+    assert out.result.success, out.stdout + out.stderr
+    text = visible(out.html())
+    assert "%explain bar" in text and "graph breaks: 1" in text
+    assert "if b.sum() < 0:" in text and "data-dependent control flow" in text
+    run(shell, "e = %explain -o bar(torch.randn(10), torch.randn(10))")
+    assert isinstance(shell.user_ns["e"], compiler.ExplainOutput)
+    assert shell.user_ns["e"].graph_break_count == 1
+
+
+def test_explain_accepts_a_function_compiled_by_the_cell_magic(shell) -> None:
+    run(shell, "%%compile --backend eager --no-inspect\n" + BAR)
+    out = run(shell, "e = %explain -o bar(torch.randn(10), torch.randn(10))")
+    assert out.result.success, out.stdout + out.stderr
+    assert shell.user_ns["e"].graph_count == 2
+
+
+def test_fullgraph_error_is_shown_and_the_shell_lives(shell) -> None:
+    out = run(
+        shell,
+        "%%compile --backend eager --fullgraph\n" + BAR + "bar(torch.randn(3), torch.randn(3))\n",
+    )
+    assert not out.result.success
+    assert "Unsupported" in out.stdout and "the %%compile cell raised Unsupported" in out.stderr
+    assert run(shell, "4 + 4").result.result == 8
+
+
+def test_default_backend_kernels_tab(shell) -> None:
+    out = run(
+        shell,
+        "%%compile\ndef fused(x, y):\n    return torch.sin(x) + torch.cos(y)\n"
+        "z = fused(torch.randn(32), torch.randn(32))\n",
+    )
+    assert out.result.success, out.stdout + out.stderr
+    report = inspector(shell, "fused").state.report
+    graph = report.graphs[0]
+    if graph.fallback:
+        pytest.skip(f"the inductor backend fell back to eager on this machine: {graph.fallback}")
+    assert report.kernels
+    static = [d for d in out.bundles() if WIDGET_MIME in d][0]["text/html"]
+    assert report.kernels[0].name in visible(static)

@@ -80,9 +80,8 @@ def _user_line(line: SourceLine | None) -> Raw | str:
     """The line that made the guard, short; the full path in its tooltip."""
     if line is None:
         return ""
-    return Raw(
-        f'<span title="{esc(where(line))}">{line.lineno}: <code>{esc(line.text.strip())}</code></span>'
-    )
+    code = esc(line.text.strip())
+    return Raw(f'<span title="{esc(where(line))}">{line.lineno}: <code>{code}</code></span>')
 
 
 def render(state: InspectorState) -> str:

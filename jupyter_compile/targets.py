@@ -13,6 +13,7 @@ nothing is stored on the instance.
 
 from __future__ import annotations
 
+import abc
 import functools
 import types
 import weakref
@@ -65,7 +66,7 @@ class TimingInputs:
     kwargs: dict
 
 
-class Target:
+class Target(abc.ABC):
     """Base of the two kinds; `name` is the user's name for it in the cell."""
 
     kind = ""
@@ -86,11 +87,13 @@ class Target:
         with CompileProgress(self.name):
             return compiled(*args, **kwargs)
 
+    @abc.abstractmethod
     def report(self) -> CompiledReport | None:
-        raise NotImplementedError
+        """The compiler's records, or None before the first call."""
 
+    @abc.abstractmethod
     def timing_inputs(self) -> TimingInputs | None:
-        raise NotImplementedError
+        """The last call, ready to re-run; None before the first call."""
 
 
 class FunctionTarget(Target):

@@ -149,3 +149,38 @@ def test_default_backend_kernels_tab(shell) -> None:
     assert report.kernels
     static = [d for d in out.bundles() if WIDGET_MIME in d][0]["text/html"]
     assert report.kernels[0].name in visible(static)
+
+
+def test_user_strings_in_source_and_breaks_are_escaped(shell) -> None:
+    out = run(
+        shell,
+        "%%compile --backend eager\n"
+        "def shout(x):\n"
+        "    tag = \"<script>alert('hi')</script>\"\n"
+        "    print(tag)\n"
+        "    return x + len(tag)\n"
+        "shout(torch.ones(2))\n",
+    )
+    assert out.result.success, out.stdout + out.stderr
+    markup = "\n".join(d.get("text/html", "") for d in out.bundles())
+    assert "<script>" not in markup
+    assert "tag = \"<script>alert('hi')</script>\"" in visible(markup)
+    assert "graph break" in visible(markup)
+
+
+def test_compare_torch_adds_the_labelled_column(shell, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_compile import timing
+
+    # torch.compile itself takes tens of seconds on a CPU; the column, not its speed, is tested
+    monkeypatch.setattr(timing, "torch_compiled", lambda fn: fn)
+    monkeypatch.setattr(timing, "BUDGET_S", 0.01)
+    out = run(
+        shell,
+        "%%compile --backend eager --compare eager,torch\n"
+        "def f(x):\n    return torch.tanh(x) * 3\n"
+        "f(torch.randn(8))\n",
+    )
+    assert out.result.success, out.stdout + out.stderr
+    labels = [m.label for m in inspector(shell, "f").state.timing.measurements]
+    assert labels == ["eager", "compiled", "vs torch.compile"]
+    assert "vs torch.compile" in visible(out.html())

@@ -48,16 +48,6 @@ class RebindDefinitions(ast.NodeTransformer):
         return assign
 
 
-def defined_names(cell: str) -> list[str]:
-    """The top-level definitions of a cell, in order (for messages; the cell may not parse
-    before IPython's input transformers ran, so a failure means "none")."""
-    try:
-        tree = ast.parse(cell)
-    except SyntaxError:
-        return []
-    return [s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.ClassDef))]
-
-
 @dataclass
 class CellRun:
     """The hook's log for one cell: what it compiled and what it left alone, and why."""

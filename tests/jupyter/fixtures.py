@@ -30,7 +30,7 @@ SOURCE = f'''def evil_fn(x):
 '''
 
 
-def _first(x: torch.Tensor) -> torch.Tensor:
+def first_graph(x: torch.Tensor) -> torch.Tensor:
     return torch.sin(x) + 1.0
 
 
@@ -61,7 +61,7 @@ def graph_record(fn, lines: list[int], backend: str = "eager") -> GraphRecord:
 
 
 def make_report() -> CompiledReport:
-    g0 = graph_record(_first, [1])
+    g0 = graph_record(first_graph, [1])
     g1 = graph_record(_second, [3, 4])
     # A hostile string constant in a node: it reaches the graphviz label.
     gelu = next(n for n in g1.graph_module.graph.nodes if "gelu" in str(n.target))
@@ -114,7 +114,7 @@ def make_report() -> CompiledReport:
     e2 = EntryRecord(
         "evil_fn",
         0,
-        graph_record(_first, [1]),
+        graph_record(first_graph, [1]),
         guards=guards[:1],
         compile_time_s=0.02,
         hits=1,

@@ -1,0 +1,70 @@
+"""The cell rewrite (definitions rebound, line numbers kept) and the timing run's kernel
+profiling, without a shell."""
+
+from __future__ import annotations
+
+import ast
+
+import torch
+
+from compiler.records import CompiledReport, EntryRecord, FunctionRecord, KernelRecord
+from jupyter_compile.cell import HOOK_NAME, RebindDefinitions
+from jupyter_compile.targets import TimingInputs
+from jupyter_compile.timing import bandwidth_gbs, kernel_times, run_timing
+from tests.jupyter.fixtures import first_graph, graph_record
+
+CELL = """\
+import functools
+
+@functools.lru_cache
+def f(x):
+    return x + 1
+
+class C:
+    pass
+
+if True:
+    def nested(x):
+        return x
+y = f(1)
+"""
+
+
+def test_rewrite_rebinds_top_level_definitions_after_their_last_line() -> None:
+    tree = RebindDefinitions().visit(ast.parse(CELL))
+    hooks = [s for s in tree.body if isinstance(s, ast.Assign) and HOOK_NAME in ast.unparse(s)]
+    assert [ast.unparse(h) for h in hooks] == [
+        f"f = {HOOK_NAME}(f, 'f')",
+        f"C = {HOOK_NAME}(C, 'C')",
+    ]  # the nested def inside `if` is not top level
+    assert [h.lineno for h in hooks] == [5, 8]  # the def's and the class's last lines
+    seen = []
+    namespace = {HOOK_NAME: lambda obj, name: seen.append((name, obj)) or obj}
+    exec(compile(tree, "<cell>", "exec"), namespace)
+    assert [name for name, _ in seen] == ["f", "C"]
+    assert hasattr(seen[0][1], "cache_info")  # the decorated object, not the bare function
+
+
+def _profiled_kernel(x: torch.Tensor) -> torch.Tensor:
+    with torch.profiler.record_function("cpp_fused_sin_0"):
+        return torch.sin(x)
+
+
+def test_kernel_times_match_profiler_ranges_by_kernel_name() -> None:
+    kernel = KernelRecord("cpp_fused_sin_0", "cpp", "", bytes_accessed=2 * 4 * 4096)
+    extern = KernelRecord("extern_mm", "extern", "")
+    x = torch.randn(4096)
+    found = kernel_times(_profiled_kernel, (x,), {}, [kernel, extern], "cpu")
+    assert set(found) == {"cpp_fused_sin_0"} and found["cpp_fused_sin_0"] > 0
+
+
+def test_run_timing_stores_kernel_times_on_the_records() -> None:
+    graph = graph_record(first_graph, [])
+    graph.kernels = [KernelRecord("cpp_fused_sin_0", "cpp", "", bytes_accessed=32768)]
+    entry = EntryRecord("f", 1, graph)
+    report = CompiledReport([FunctionRecord("f", "f", "<cell>", 1, "", entries=[entry])])
+    inputs = TimingInputs(torch.sin, _profiled_kernel, torch.sin, (torch.randn(4096),), {})
+    result = run_timing(inputs, report)
+    assert [m.label for m in result.measurements] == ["eager", "compiled"]
+    kernel = report.kernels[0]
+    assert kernel.measured_ms is not None and bandwidth_gbs(kernel) > 0

@@ -9,6 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
+import scipy.fft
 import torch
 
 import compiler
@@ -133,8 +134,6 @@ def numpy_scalar(x):
 
 
 def f3(x):
-    import scipy.fft
-
     x = x * 2
     x = scipy.fft.dct(x.numpy())
     x = torch.from_numpy(x)

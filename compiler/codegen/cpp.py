@@ -27,6 +27,7 @@ them in parallel through compiler/runtime/cpp_build.py.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 import os
 import re
@@ -49,6 +50,8 @@ PARALLEL_MIN_WORK = 32768
 # A reduction kernel parallelises its outer loop only when each thread gets several points;
 # otherwise (and when the reduction is big) it splits the reduction itself.
 OUTER_MIN_POINTS = 16
+# Reductions this short (pooling windows) vectorise across output points, not along r.
+SHORT_REDUCTION = 32
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -312,6 +315,7 @@ class _KernelWriter:
         self.schedule = schedule
         self.name = _sanitize(group.name)
         self.steps = {s.name: s for s in group.steps}
+        self.across = False
         self.lines: list[str] = []
         self.depth = 1
         self.scopes: list[dict] = [{}]
@@ -340,7 +344,7 @@ class _KernelWriter:
     def open(self, header: str, pragma: str | None = None) -> None:
         if pragma:
             self.emit(pragma)
-        self.emit(header + " {")
+        self.emit(f"{header} {{" if header else "{")
         self.depth += 1
         self.scopes.append({})
 
@@ -389,8 +393,12 @@ class _KernelWriter:
     def _load(self, load: Load) -> str:
         layout = self.schedule.buffers[load.buf]
         ptr = self.ptrs[load.buf]
+        in_bounds = False
         if all(isinstance(i, Index) for i in load.indices):
-            index = c_index(layout.index(load.indices))
+            address = layout.index(load.indices)
+            index = c_index(address)
+            lo, hi = address.bounds()
+            in_bounds = 0 <= lo and hi < layout.storage_size()
         else:  # a gather: some coordinates are computed values (already wrapped by lowering)
             terms = [str(layout.offset)] if layout.offset else []
             for i, stride in zip(load.indices, layout.stride):
@@ -399,12 +407,23 @@ class _KernelWriter:
                 )
                 terms.append(f"({coord})*{stride}" if stride != 1 else f"({coord})")
             index = " + ".join(terms) or "0"
+        # A masked load whose address is valid everywhere (a per-channel parameter inlined
+        # under a padding mask) loads unconditionally: the IR guarantees a `where` on the same
+        # mask above it, so the masked-off value is never observed, and without the select
+        # the parameter math is loop-invariant and hoisted by the compiler.
+        mask = self.value(load.mask) if load.mask is not None and not in_bounds else None
+        if mask is not None and layout.storage_size() > 0:
+            # Read a valid element where the mask is off instead of branching around the load.
+            index = f"{mask} ? ({index}) : {layout.offset}"
         expr = _load_expr(ptr, index, layout.dtype)
         if layout.dtype != load.dtype:
             expr = _convert(expr, layout.dtype, load.dtype)
-        if load.mask is None:
+        if mask is None:
             return expr
-        mask = self.value(load.mask)
+        if layout.storage_size() > 0:
+            raw = self.tmp()
+            self.emit(f"const {COMPUTE_TYPE[load.dtype]} {raw} = {expr};")
+            expr = raw
         return f"({mask} ? {expr} : static_cast<{COMPUTE_TYPE[load.dtype]}>(0))"
 
     def ref(self, name: str) -> str:
@@ -592,12 +611,21 @@ class _KernelWriter:
             )
         )
         parallel_outer = big and not split and outer
+        # Windows (pooling) and other short reductions: vectorise across output points
+        # instead; the short reduction loops are left to the compiler to unroll.
+        self.across = bool(outer) and group.reduction_numel <= SHORT_REDUCTION
         for k, var in enumerate(outer):
+            last = k == len(outer) - 1
             pragma = None
             if k == 0 and parallel_outer:
-                pragma = "#pragma omp parallel for" + (
-                    f" collapse({len(outer)})" if len(outer) > 1 else ""
-                )
+                threaded = outer if not self.across else outer[:-1]
+                if last and self.across:
+                    pragma = "#pragma omp parallel for simd"
+                elif threaded:
+                    collapse = f" collapse({len(threaded)})" if len(threaded) > 1 else ""
+                    pragma = "#pragma omp parallel for" + collapse
+            if last and self.across and pragma is None:
+                pragma = "#pragma omp simd"
             self.open(
                 f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
             )
@@ -637,29 +665,44 @@ class _KernelWriter:
         vectorise = all(a.clauses() for a in accs)
         rvars = self.rvars
         position = c_index(_flat(rvars))
-        for k, var in enumerate(rvars):
-            innermost = k == len(rvars) - 1
-            pragma = None
-            if split and k == 0:
-                simd = " simd" if innermost and vectorise else ""
-                collapse = f" collapse({len(rvars) - 1})" if len(rvars) > 2 else ""
-                pragma = f"#pragma omp parallel for{simd}{collapse} {clauses}".rstrip()
-            elif innermost and vectorise:
-                pragma = f"#pragma omp simd {clauses}".rstrip()
-            self.open(
-                f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
-            )
         by_step = {a.step.name: a for a in accs}
-        for step in steps:
-            var = self.value(step.value)
-            if step.reduction_type is None:
-                self.bind(("step", step.name), var)
-                self.store(step, var)
-            else:
-                for line in by_step[step.name].combine(var, position):
-                    self.emit(line)
-        for _ in rvars:
-            self.close()
+
+        def body() -> None:
+            for step in steps:
+                var = self.value(step.value)
+                if step.reduction_type is None:
+                    self.bind(("step", step.name), var)
+                    self.store(step, var)
+                else:
+                    for line in by_step[step.name].combine(var, position):
+                        self.emit(line)
+
+        if self.across:
+            # Unrolled here: GCC only vectorises the loop over output points when no loop
+            # nest is left inside it, and its own unrolling comes after vectorisation.
+            for point in itertools.product(*(range(v.size) for v in rvars)):
+                self.open("")
+                for var, value in zip(rvars, point):
+                    self.emit(f"const int64_t {var.name} = {value};")
+                body()
+                self.close()
+        else:
+            for k, var in enumerate(rvars):
+                innermost = k == len(rvars) - 1
+                pragma = None
+                if split and k == 0:
+                    simd = " simd" if innermost and vectorise else ""
+                    collapse = f" collapse({len(rvars) - 1})" if len(rvars) > 2 else ""
+                    pragma = f"#pragma omp parallel for{simd}{collapse} {clauses}".rstrip()
+                elif innermost and vectorise:
+                    pragma = f"#pragma omp simd {clauses}".rstrip()
+                self.open(
+                    f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})",
+                    pragma,
+                )
+            body()
+            for _ in rvars:
+                self.close()
         for acc in accs:
             result = self.tmp("red")
             self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {acc.result()};")

@@ -283,13 +283,26 @@ def test_contiguous_loops_fuse_into_one():
 
 
 def test_reduction_over_contiguous_dims_is_one_loop():
-    x = torch.randn(4, 6, 5, 5)
+    x = torch.randn(4, 6, 8, 8)
     xv = Var("x0", 24)
-    r = make_vars("r", (5, 5))
+    r = make_vars("r", (8, 8))
     f32 = torch.float32
     value = Load("arg0", (Index.of(xv) // 6, Index.of(xv) % 6, Index.of(r[0]), Index.of(r[1])), f32)
     step = Step("buf0", "inner", value, f32, "sum", (Index.of(xv),))
     out = Layout.contiguous((24,), f32, CPU)
     source, outs = run_kernel([step], (xv,), r, {"arg0": x}, {"buf0": out})
     torch.testing.assert_close(outs["buf0"], x.sum((2, 3)).flatten())
-    assert "r0 < 25" in source.source and "r1" not in source.source
+    assert "r0 < 64" in source.source and "r1" not in source.source
+
+
+def test_short_window_reductions_unroll_and_vectorise_across_outputs():
+    x = torch.randn(4, 6, 3, 3)
+    xv = Var("x0", 24)
+    r = make_vars("r", (3, 3))
+    f32 = torch.float32
+    value = Load("arg0", (Index.of(xv) // 6, Index.of(xv) % 6, Index.of(r[0]), Index.of(r[1])), f32)
+    step = Step("buf0", "inner", value, f32, "max", (Index.of(xv),))
+    out = Layout.contiguous((24,), f32, CPU)
+    source, outs = run_kernel([step], (xv,), r, {"arg0": x}, {"buf0": out})
+    torch.testing.assert_close(outs["buf0"], x.amax((2, 3)).flatten())
+    assert "const int64_t r1 = 2;" in source.source and "for (int64_t r" not in source.source

@@ -228,6 +228,7 @@ class Pointwise:
     body: Value
     layout: Layout  # where it is stored if the scheduler materialises it
     origins: tuple[str, ...] = ()  # FX node names of the user graph this came from
+    aten: str = ""  # the aten graph node it was lowered from (names kernels: "add", "sin")
 
     @property
     def dtype(self) -> torch.dtype:
@@ -258,6 +259,7 @@ class Reduction:
     input_size: tuple[int, ...]
     axes: tuple[int, ...]
     origins: tuple[str, ...] = ()
+    aten: str = ""
 
     def __post_init__(self) -> None:
         if self.reduction_type not in REDUCTION_TYPES:
@@ -296,6 +298,7 @@ class ExternKernel:
     kwargs: tuple[tuple[str, Any], ...]
     outputs: tuple[tuple[str, Layout], ...]  # (buffer name, layout it must have)
     origins: tuple[str, ...] = ()
+    aten: str = ""
 
 
 Node = Union[Pointwise, Reduction, ExternKernel]

@@ -100,6 +100,10 @@ class LoweringContext:
             return ()
         return self.aot.origins.get(self.current.name, ()) or ()
 
+    @property
+    def aten_name(self) -> str:
+        return self.current.name if self.current is not None else ""
+
     def meta(self, node: torch.fx.Node | None = None) -> Any:
         return (node or self.current).meta.get("val")
 
@@ -112,7 +116,7 @@ class LoweringContext:
         body = body_fn(tuple(Index.of(v) for v in ivars))
         body = cast(body, dtype)
         layout = layout or self.output_layout(size, dtype)
-        node = Pointwise(self.new_name(), size, body, layout, self.origins)
+        node = Pointwise(self.new_name(), size, body, layout, self.origins, self.aten_name)
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
 
@@ -128,7 +132,7 @@ class LoweringContext:
         full = tuple(Index.of(next(it_r) if k in axes else next(it_i)) for k in range(rank))
         body = body_fn(full) if body_fn else cast(tv.load(full), acc_dtype)
         layout = Layout.contiguous(outer, out_dtype, self.device)
-        node = Reduction(self.new_name(), outer, red, reduction_type, body, layout, tv.size, axes, self.origins)
+        node = Reduction(self.new_name(), outer, red, reduction_type, body, layout, tv.size, axes, self.origins, self.aten_name)
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
 
@@ -138,7 +142,7 @@ class LoweringContext:
         ivars, rvars = make_vars("i", size), make_vars("r", window)
         body = body_fn(tuple(Index.of(v) for v in ivars), tuple(Index.of(v) for v in rvars))
         layout = Layout.contiguous(size, out_dtype, self.device)
-        node = Reduction(self.new_name(), size, window, reduction_type, body, layout, size + window, tuple(range(len(size), len(size) + len(window))), self.origins)
+        node = Reduction(self.new_name(), size, window, reduction_type, body, layout, size + window, tuple(range(len(size), len(size) + len(window))), self.origins, self.aten_name)
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
 
@@ -184,7 +188,7 @@ class LoweringContext:
                 values.append(self.buffer_value(name, layout))
             else:
                 values.append(v)
-        node = ExternKernel(self.new_name(), _op_name(op), tuple(args), tuple(sorted(kwargs.items())), tuple(outputs), self.origins)
+        node = ExternKernel(self.new_name(), _op_name(op), tuple(args), tuple(sorted(kwargs.items())), tuple(outputs), self.origins, self.aten_name)
         self.nodes.append(node)
         if note:
             self.notes.append(f"{_op_name(op)} ran as an extern call")

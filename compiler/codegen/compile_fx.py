@@ -1,0 +1,217 @@
+"""`backend="inductor"`: FX graph -> fused kernels + a Python wrapper, as named stages.
+
+    aot       FX graph -> functional aten graph (make_fx, our decompositions)
+    lower     aten graph -> loop IR
+    schedule  loop IR -> kernels and extern calls (fusion, buffer planning)
+    codegen   kernel sources (Triton or C++) and the wrapper source
+    compile   load kernels from the disk cache (compiling what is new) and the wrapper
+
+Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
+with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
+runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
+(COMPILER_STRICT=1 raises instead). Graphs that need autograd run eagerly until joint
+forward/backward graphs land in compiler/aot.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from compiler.aot.trace import AotGraph, needs_autograd, trace_forward
+from compiler.codegen.common import KernelSource, emitter_for
+from compiler.codegen.wrapper import extern_lines, wrapper_source
+from compiler.ir.printer import format_graph, format_schedule
+from compiler.lowering.core import lower
+from compiler.records import GraphRecord, KernelRecord, current_graph
+from compiler.runtime.cache import load_module
+from compiler.scheduler.fusion import schedule as fuse
+from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
+
+AUTOGRAD_NOTE = "training graphs run eagerly until compiler/aot joint graphs land"
+_warned: set[str] = set()
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | None = None) -> Callable:
+    """Compile `gm` for inputs like `example_inputs`; returns a callable taking the same
+    positional tensors and returning what `gm` returns."""
+    record = current_graph()
+    if needs_autograd(gm, example_inputs):
+        if record is not None:
+            record.notes.append(AUTOGRAD_NOTE)
+        return gm.forward
+    compiled = CompiledGraph(gm, mode, record)
+    compiled.entry_for(list(example_inputs))
+    return compiled
+
+
+def _signature(args: Sequence[Any]) -> tuple:
+    return tuple(
+        (tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a)
+        for a in args
+    )
+
+
+class CompiledGraph:
+    """Runs the compiled code for each input signature (shapes, strides, dtypes, devices) it
+    has seen, compiling on the first call with a new one."""
+
+    def __init__(self, gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None):
+        self.gm = gm
+        self.mode = mode
+        self.record = record
+        self.entries: dict[tuple, Callable] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        entry = self.entries.get(_signature(args))
+        if entry is None:
+            entry = self.entry_for(list(args))
+        return entry(*args)
+
+    def entry_for(self, args: list) -> Callable:
+        key = _signature(args)
+        try:
+            built = _Compiled(self.gm, args, self.mode, self.record).build()
+        except Exception as exc:  # never break user code: run the graph eagerly
+            self.entries[key] = self._fallback(exc)
+            return self.entries[key]
+
+        def first_call(*call_args: Any) -> Any:
+            # Triton compiles a kernel at its first launch: a failure there falls back too
+            try:
+                out = built(*call_args)
+            except Exception as exc:
+                self.entries[key] = self._fallback(exc)
+                return self.entries[key](*call_args)
+            self.entries[key] = built
+            return out
+
+        self.entries[key] = first_call
+        return first_call
+
+    def _fallback(self, exc: BaseException) -> Callable:
+        if os.environ.get("COMPILER_STRICT") == "1":
+            raise exc
+        reason = f"{type(exc).__name__}: {exc}".strip()
+        if self.record is not None:
+            self.record.fallback = reason
+        if reason not in _warned:
+            _warned.add(reason)
+            warnings.warn(f"compiler: graph runs eagerly because code generation failed ({reason})", stacklevel=3)
+        return self.gm.forward
+
+
+class _Compiled:
+    """One compilation for one input signature."""
+
+    def __init__(self, gm: torch.fx.GraphModule, inputs: list, mode: str | None, record: GraphRecord | None):
+        self.gm, self.inputs, self.mode = gm, inputs, mode
+        self.record = record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
+        self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
+
+    def stage(self, name: str):
+        return self.record.stage(name)
+
+    def build(self) -> Callable:
+        if not all(isinstance(t, torch.Tensor) for t in self.inputs):
+            raise TypeError("non-tensor graph inputs are not supported by the code generator")
+        devices = {t.device for t in self.inputs} or {torch.device("cpu")}
+        device = next(iter(devices))
+        emitter, why = emitter_for(device)
+        if emitter is None:
+            self.record.notes.append(f"ran eagerly: {why}")
+            return self.gm.forward
+        with self.stage("aot"):
+            aot = trace_forward(self.gm, self.inputs)
+        self.record.aot_graphs["forward"] = aot.gm.code
+        with self.stage("lower"):
+            graph, notes = lower(aot, self.inputs)
+        self.record.notes.extend(n for n in notes if n not in self.record.notes)
+        with self.stage("schedule"):
+            sched = fuse(graph)
+        with self.stage("codegen"):
+            kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
+            source = wrapper_source(sched, kernels, f"wrapper for a graph of {len(self.gm.graph.nodes)} FX nodes")
+        self._dump(aot, graph, sched, kernels, source)
+        with self.stage("compile"):
+            call = self._load(emitter, sched, kernels, source, device)
+        self._records(sched, kernels, source)
+        return _runner(call, aot, self.mode, device)
+
+    def _load(self, emitter, sched: Schedule, kernels: dict[str, KernelSource], source: str, device: torch.device) -> Callable:
+        loaded = {name: emitter.load(k, self.mode) for name, k in kernels.items()}
+        if emitter.language == "triton" and device.type == "cuda":
+            from compiler.runtime.triton_launch import warm_all
+
+            warm_all([(loaded[k.name], [sched.buffers[b].dtype for b in (*k.reads, *k.writes)]) for k in sched.kernels])
+        module, _ = load_module(source, str(device.type), kind="wrappers")
+        module.__dict__.update(loaded)
+        module.__dict__.update({c.name: c.value for c in sched.constants})
+        module.device = device
+        return module.call
+
+    def _records(self, sched: Schedule, kernels: dict[str, KernelSource], source: str) -> None:
+        rec = self.record
+        rec.wrapper_source = source
+        for launch in sched.launches:
+            if isinstance(launch, KernelGroup):
+                k = kernels[launch.name]
+                rec.kernels.append(KernelRecord(
+                    k.name, k.language, k.source, list(launch.origins), _lines(sched, launch.origins),
+                    k.grid, dict(k.config), k.bytes_accessed,
+                ))
+            else:
+                assert isinstance(launch, ExternCall)
+                node = launch.node
+                lay = sched.buffers
+                nbytes = sum(lay[n].storage_size() * lay[n].dtype.itemsize for n in launch.writes)
+                rec.kernels.append(KernelRecord(
+                    f"extern_{node.op.split('.')[1]}_{node.name}", "extern", extern_lines(launch, lay),
+                    list(node.origins), _lines(sched, node.origins), "", {"op": node.op}, nbytes,
+                ))
+
+    def _dump(self, aot: AotGraph, graph, sched: Schedule, kernels: dict[str, KernelSource], source: str) -> None:
+        if not self.debug_dir:
+            return
+        root = Path(self.debug_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        n = len(list(root.glob("graph_*")))
+        d = root / f"graph_{n}"
+        d.mkdir()
+        (d / "fx_graph.py").write_text(self.gm.code)
+        (d / "aten_graph.py").write_text(aot.gm.code)
+        (d / "ir_before_fusion.txt").write_text(format_graph(graph))
+        (d / "ir_after_fusion.txt").write_text(format_schedule(sched))
+        code = [source] + [f"\n# ---- {k.name} ----\n{k.source}" for k in kernels.values()]
+        (d / "output_code.py").write_text("\n".join(code))
+
+
+def _lines(sched: Schedule, origins: Sequence[str]) -> list:
+    out, seen = [], set()
+    for o in origins:
+        line = sched.source_lines.get(o)
+        if line is not None and id(line) not in seen:
+            seen.add(id(line))
+            out.append(line)
+    return out
+
+
+def _runner(call: Callable, aot: AotGraph, mode: str | None, device: torch.device) -> Callable:
+    """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output structure`."""
+    output = next(n for n in aot.gm.graph.nodes if n.op == "output")
+    _, spec = tree_flatten(output.args[0])
+    if mode == "reduce-overhead" and device.type == "cuda":
+        from compiler.runtime.cudagraphs import CudaGraphRunner
+
+        call = CudaGraphRunner(call)
+
+    def run(*args: Any) -> Any:
+        return spec.unflatten(list(call(list(args))))
+
+    return run
+

@@ -1,0 +1,82 @@
+"""Readable text of IR graphs and schedules (debug dumps, golden tests)."""
+
+from __future__ import annotations
+
+from compiler.ir.index import Index
+from compiler.ir.nodes import (
+    Constant,
+    ExternKernel,
+    Graph,
+    IndexValue,
+    Layout,
+    Load,
+    Op,
+    Pointwise,
+    Reduction,
+    Ref,
+    TensorArg,
+    Value,
+)
+
+
+def format_value(v: Value) -> str:
+    if isinstance(v, Constant):
+        return repr(v.value)
+    if isinstance(v, IndexValue):
+        return f"index({v.index})"
+    if isinstance(v, Ref):
+        return f"%{v.name}"
+    if isinstance(v, Load):
+        idx = ", ".join(str(i) if isinstance(i, Index) else format_value(i) for i in v.indices)
+        text = f"{v.buf}[{idx}]"
+        return text if v.mask is None else f"{text} if {format_value(v.mask)}"
+    assert isinstance(v, Op)
+    args = ", ".join(format_value(a) for a in v.args)
+    if v.op == "to_dtype":
+        return f"to_{str(v.dtype).replace('torch.', '')}({args})"
+    return f"{v.op}({args})"
+
+
+def format_layout(lay: Layout) -> str:
+    dtype = str(lay.dtype).replace("torch.", "")
+    off = f" offset {lay.offset}" if lay.offset else ""
+    return f"{dtype}{list(lay.size)} stride {list(lay.stride)}{off}"
+
+
+def format_graph(graph: Graph) -> str:
+    lines = [f"input {b.name}: {format_layout(b.layout)}" for b in graph.inputs]
+    lines += [f"constant {c.name}: {format_layout(c.layout)}" for c in graph.constants]
+    for n in graph.nodes:
+        if isinstance(n, Pointwise):
+            lines.append(f"{n.name} = pointwise {list(n.size)} {format_layout(n.layout)}  # {n.aten}")
+            lines.append(f"    {format_value(n.body)}")
+        elif isinstance(n, Reduction):
+            lines.append(f"{n.name} = {n.reduction_type} over {list(n.reduction_size)} -> {list(n.size)}  # {n.aten}")
+            lines.append(f"    {format_value(n.body)}")
+        else:
+            assert isinstance(n, ExternKernel)
+            outs = ", ".join(name for name, _ in n.outputs)
+            lines.append(f"{outs} = extern {n.op}  # {n.aten}")
+    outs = [o.buf if isinstance(o, TensorArg) else repr(o) for o in graph.outputs]
+    lines.append(f"return {', '.join(outs)}")
+    return "\n".join(lines) + "\n"
+
+
+def format_schedule(schedule) -> str:
+    from compiler.scheduler.kernel import KernelGroup
+
+    lines = []
+    for launch, frees in zip(schedule.launches, schedule.frees):
+        if isinstance(launch, KernelGroup):
+            outer = ", ".join(f"{v.name}<{v.size}" for v in launch.outer)
+            red = ", ".join(f"{v.name}<{v.size}" for v in launch.reduction)
+            lines.append(f"kernel {launch.name} over [{outer}]" + (f" reducing [{red}]" if red else ""))
+            for s in launch.steps:
+                kind = s.reduction_type or "pointwise"
+                store = f" -> {s.name}[{', '.join(map(str, s.store))}]" if s.store is not None else ""
+                lines.append(f"    %{s.name} = {kind}({s.loop}) {format_value(s.value)}{store}")
+        else:
+            lines.append(f"extern {launch.node.op} -> {', '.join(launch.writes)}")
+        if frees:
+            lines.append(f"    free {', '.join(frees)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""The on-disk cache of generated modules (kernels and wrappers).
+
+A module's file name is the sha256 of its source, the device kind and the Triton version, so
+a second process that generates the same source finds the file (and Triton's own cache finds
+the compiled binary): nothing is compiled twice. Files are written to a temporary name and
+renamed into place, so concurrent processes never see half a file.
+
+Location: $COMPILER_CACHE_DIR, else ~/.cache/jupyter-compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+
+_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("COMPILER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jupyter-compile")
+    return Path(root)
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
+def source_key(source: str, device: str) -> str:
+    h = hashlib.sha256()
+    for part in (source, device, _triton_version()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def module_path(source: str, device: str, kind: str = "kernels") -> Path:
+    return cache_dir() / kind / f"m{source_key(source, device)}.py"
+
+
+def load_module(source: str, device: str, kind: str = "kernels") -> tuple[ModuleType, bool]:
+    """Import `source` from the cache (writing it first if absent). Returns the module and
+    whether the file already existed (a cache hit)."""
+    path = module_path(source, device, kind)
+    name = f"jupyter_compile_{kind}_{path.stem}"
+    with _lock:
+        if name in sys.modules:
+            return sys.modules[name], True
+        hit = path.exists() and path.read_text() == source
+        if not hit:
+            write_atomic(path, source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module, hit

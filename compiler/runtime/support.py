@@ -1,0 +1,36 @@
+"""Small functions the generated wrapper modules call."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+empty_strided = torch.empty_strided
+
+
+def reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int) -> torch.Tensor:
+    """A strided view of buffer `t`, `offset` elements past its start."""
+    return t.as_strided(size, stride, t.storage_offset() + offset)
+
+
+def ensure_layout(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    """An extern kernel's result in the layout our kernels were generated for (aten may pick
+    another memory format than its meta function promised; then copy once)."""
+    if tuple(t.shape) == tuple(size) and (t.numel() <= 1 or _same_strides(t, size, stride)):
+        return t
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _same_strides(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> bool:
+    return all(s == 1 or a == b for s, a, b in zip(size, t.stride(), stride))
+
+
+def tensors(result: Any) -> list[torch.Tensor]:
+    """The tensors of an aten op's result, flattened in order."""
+    from torch.utils._pytree import tree_flatten
+
+    flat, _ = tree_flatten(result)
+    return [t for t in flat if isinstance(t, torch.Tensor)]

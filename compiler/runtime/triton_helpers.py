@@ -1,0 +1,110 @@
+"""Helpers the generated Triton kernels call: math functions outside `tl.math`, and the
+combine functions of our reductions.
+
+On a GPU the math functions are libdevice's. Triton's interpreter (TRITON_INTERPRET=1, how
+kernels are checked on CPU) does not implement libdevice, so there they are evaluated with
+numpy on the interpreter's arrays — same results to float rounding.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+_UNARY = {
+    "tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "tan": np.tan, "asin": np.arcsin,
+    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "trunc": np.trunc,
+    "nearbyint": np.rint, "isinf": np.isinf,
+}
+_BINARY = {"atan2": np.arctan2, "pow": np.power, "fmod": np.fmod}
+
+if INTERPRET:
+    from triton.runtime.interpreter import TensorHandle
+
+    def _wrap(data: np.ndarray, like) -> tl.tensor:
+        dtype = tl.int1 if data.dtype == np.bool_ else like.dtype.scalar
+        data = data if data.dtype == np.bool_ else data.astype(like.handle.data.dtype)
+        ty = like.type if dtype == like.dtype.scalar else (tl.block_type(dtype, like.shape) if like.shape else dtype)
+        return tl.tensor(TensorHandle(data, dtype), ty)
+
+    def _unary(fn):
+        def apply(x):
+            with np.errstate(all="ignore"):
+                return _wrap(fn(x.handle.data), x)
+
+        return apply
+
+    def _binary(fn):
+        def apply(x, y):
+            x, y = tl.broadcast(x, y) if isinstance(y, tl.tensor) else (x, y)
+            yd = y.handle.data if isinstance(y, tl.tensor) else np.asarray(y, dtype=x.handle.data.dtype)
+            with np.errstate(all="ignore"):
+                return _wrap(fn(x.handle.data, yd), x)
+
+        return apply
+
+    tanh, expm1, log1p, tan, asin, acos, atan, sinh, cosh, trunc, nearbyint, isinf = (
+        _unary(_UNARY[n]) for n in ("tanh", "expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "trunc", "nearbyint", "isinf")
+    )
+    atan2, pow, fmod = (_binary(_BINARY[n]) for n in ("atan2", "pow", "fmod"))
+else:
+    from triton.language.extra import libdevice
+
+    tanh, expm1, log1p, tan = libdevice.tanh, libdevice.expm1, libdevice.log1p, libdevice.tan
+    asin, acos, atan, sinh, cosh = libdevice.asin, libdevice.acos, libdevice.atan, libdevice.sinh, libdevice.cosh
+    trunc, nearbyint, isinf = libdevice.trunc, libdevice.nearbyint, libdevice.isinf
+    atan2, pow, fmod = libdevice.atan2, libdevice.pow, libdevice.fmod
+
+
+# ---- reduction combine functions (NaN-propagating like torch) -------------------------------
+
+
+@triton.jit
+def maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def multiply(a, b):
+    return a * b
+
+
+@triton.jit
+def argmax_combine(v1, i1, v2, i2):
+    # the larger value wins, NaN counts as largest, ties go to the smaller index
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    take2 = (v2 > v1) | (nan2 & ~nan1) | ((v2 == v1) & (i2 < i1)) | (nan1 & nan2 & (i2 < i1))
+    return tl.where(take2, v2, v1), tl.where(take2, i2, i1)
+
+
+@triton.jit
+def argmin_combine(v1, i1, v2, i2):
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    take2 = (v2 < v1) | (nan2 & ~nan1) | ((v2 == v1) & (i2 < i1)) | (nan1 & nan2 & (i2 < i1))
+    return tl.where(take2, v2, v1), tl.where(take2, i2, i1)
+
+
+@triton.jit
+def floordiv(a, b):
+    # integer division rounding toward -inf (Triton's // truncates)
+    q = a // b
+    return q - ((q * b != a) & ((a < 0) != (b < 0))).to(q.dtype)
+
+
+@triton.jit
+def remainder(a, b):
+    # Python's %: the result has the divisor's sign (Triton's % follows the dividend)
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)

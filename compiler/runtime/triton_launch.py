@@ -1,0 +1,121 @@
+"""Launching generated Triton kernels: grid and block sizes, warm-up compilation in parallel,
+and `max-autotune` (time a few configs on the real buffers, keep the fastest, remember it on
+disk)."""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import torch
+
+from compiler.codegen.common import KernelSource
+from compiler.runtime.cache import cache_dir, load_module, source_key, write_atomic
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def candidate_configs(config: dict) -> list[dict]:
+    """The small search space of `max-autotune`, default first."""
+    kind, xnumel, rnumel = config["kind"], config["xnumel"], config["rnumel"]
+    base = {k: config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in config}
+    out = [base]
+    if kind == "pointwise":
+        for xb, w in ((256, 4), (512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8)):
+            if xb <= max(1 << max(xnumel - 1, 0).bit_length(), 256):
+                out.append({"XBLOCK": xb, "num_warps": w})
+    elif config.get("persistent"):
+        rb = config["RBLOCK"]
+        for xb in (1, 2, 4, 8, 16, 32, 64):
+            if xb * rb <= 16384 and xb <= max(xnumel, 1):
+                for w in (4, 8) if rb >= 256 else (1, 4):
+                    out.append({"XBLOCK": xb, "RBLOCK": rb, "num_warps": w})
+    else:
+        for xb, rb, w in ((1, 1024, 4), (1, 2048, 8), (4, 512, 8), (8, 256, 4), (16, 128, 4), (64, 32, 4)):
+            out.append({"XBLOCK": xb, "RBLOCK": rb, "num_warps": w})
+    unique = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+class TritonKernel:
+    """The object a wrapper line `name.run(*buffers)` calls."""
+
+    def __init__(self, fn: Any, kernel: KernelSource, mode: str | None, key: str):
+        self.fn = fn
+        self.name = kernel.name
+        self.meta = kernel.config
+        self.xnumel = kernel.config["xnumel"]
+        self.config = {k: kernel.config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in kernel.config}
+        self.key = key
+        self.autotune = mode == "max-autotune" and not INTERPRET
+        if self.autotune:
+            tuned = self._tuned_path()
+            if tuned.exists():
+                self.config = json.loads(tuned.read_text())
+                self.autotune = False
+
+    def _tuned_path(self):
+        return cache_dir() / "autotune" / f"{self.key}.json"
+
+    def _launch(self, args: Sequence[Any], config: dict) -> None:
+        blocks = {k: v for k, v in config.items() if k != "num_warps"}
+        grid = ((self.xnumel + config["XBLOCK"] - 1) // config["XBLOCK"],)
+        if INTERPRET:
+            self.fn[grid](*args, **blocks)
+        else:
+            self.fn[grid](*args, **blocks, num_warps=config["num_warps"])
+
+    def run(self, *args: Any) -> None:
+        if self.xnumel == 0:
+            return
+        if self.autotune:
+            self._tune(args)
+        self._launch(args, self.config)
+
+    def warm(self, args_dtypes: Sequence[torch.dtype]) -> None:
+        """Compile ahead of the first launch (GPU only)."""
+        blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
+        self.fn.warmup(*args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks)
+
+    def _tune(self, args: Sequence[Any]) -> None:
+        from triton.testing import do_bench
+
+        best, best_ms = self.config, float("inf")
+        for config in candidate_configs(self.meta):
+            try:
+                ms = do_bench(lambda c=config: self._launch(args, c), warmup=5, rep=25)
+            except Exception:  # a config that does not compile (e.g. too many registers)
+                continue
+            if ms < best_ms:
+                best, best_ms = config, ms
+        self.config = best
+        self.autotune = False
+        write_atomic(self._tuned_path(), json.dumps(best))
+
+
+def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:
+    device = "interpreter" if INTERPRET else "cuda"
+    module, _ = load_module(kernel.source, device)
+    return TritonKernel(getattr(module, kernel.name), kernel, mode, source_key(kernel.source, device))
+
+
+def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:
+    """Compile every kernel before the first call, several at a time. A kernel that fails
+    here is compiled by its first launch instead (which reports the error)."""
+    if INTERPRET or not kernels:
+        return
+
+    def warm(item):
+        try:
+            item[0].warm(item[1])
+        except Exception:
+            pass
+
+    workers = int(os.environ.get("COMPILER_COMPILE_THREADS", min(8, os.cpu_count() or 1)))
+    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+        list(pool.map(warm, kernels))

@@ -1,0 +1,390 @@
+"""The fusion scheduler: IR Graph -> Schedule (kernels and extern calls, in order).
+
+Three passes:
+
+1. inline — a Pointwise node that nothing needs as a real buffer (not a graph output, not an
+   extern argument, not a gather table) is substituted into its consumers' bodies, so chains
+   of pointwise ops, and pointwise prologues of reductions, become one expression. Nodes
+   whose body is large and read by several consumers stay materialised instead of being
+   recomputed.
+2. group — the remaining nodes, in order, join an earlier kernel when they iterate over the
+   same space (a pointwise node of the kernel's shape, of its reduced input's shape, or of
+   its output shape; a reduction over the same input and axes) and every value they read
+   from that kernel is at the point being computed (so it is still in registers). A node
+   never joins a kernel launched before something it depends on.
+3. finish — each group becomes a `KernelGroup` in its own loop variables, with adjacent
+   dimensions merged where every address allows (a contiguous 4-d add becomes a 1-d loop),
+   `Ref`s for values computed in the same kernel, stores only for buffers needed outside,
+   and the buffers each launch frees.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from torch.utils._pytree import tree_flatten
+
+from compiler.ir.index import Index, Var, make_vars
+from compiler.ir.nodes import (
+    Constant,
+    ExternKernel,
+    Graph,
+    IndexValue,
+    Layout,
+    Load,
+    Node,
+    Op,
+    Pointwise,
+    Reduction,
+    Ref,
+    TensorArg,
+    Value,
+    address,
+    iter_values,
+    loads,
+    op_count,
+)
+from compiler.ir.transform import inline_loads, rewrite, substitute
+from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule, Step
+
+INLINE_ALWAYS_OPS = 8  # bodies this small are recomputed in every consumer
+INLINE_MAX_OPS = 160  # larger bodies are materialised rather than recomputed by consumers
+SCAN_LAUNCHES = 16  # how far back a node looks for a kernel to join
+
+
+# ---- pass 1: inline ------------------------------------------------------------------------
+
+
+def required_buffers(graph: Graph) -> set[str]:
+    """Buffers that must exist in memory: outputs, extern arguments, gather tables."""
+    need = {o.buf for o in graph.outputs if isinstance(o, TensorArg)}
+    for n in graph.nodes:
+        if isinstance(n, ExternKernel):
+            flat, _ = tree_flatten((n.args, [v for _, v in n.kwargs]))
+            need |= {a.buf for a in flat if isinstance(a, TensorArg)}
+        else:
+            for ld in loads(n.body):
+                if any(not isinstance(i, Index) for i in ld.indices):
+                    need.add(ld.buf)
+    return need
+
+
+def inline(graph: Graph) -> tuple[list[Node], dict[str, set[str]]]:
+    """The nodes that remain after substituting inlinable pointwise nodes into consumers
+    (their bodies then read only materialised buffers), and for each the aten node names it
+    now computes (its own and those inlined into it), which name its kernel.
+
+    A producer is inlinable when it is not required in memory, its own (already inlined)
+    body is at most INLINE_MAX_OPS ops, and it is cheap or read by one consumer; a
+    materialised node cuts the chain, so bodies cannot grow without bound."""
+    need = required_buffers(graph)
+    readers: dict[str, int] = {}
+    for n in graph.nodes:
+        if not isinstance(n, ExternKernel):
+            for buf in {ld.buf for ld in loads(n.body)}:
+                readers[buf] = readers.get(buf, 0) + 1
+    bodies: dict[str, tuple[tuple[str, ...], Value]] = {}
+    names: dict[str, set[str]] = {}
+    kept: list[Node] = []
+    for n in graph.nodes:
+        if isinstance(n, ExternKernel):
+            kept.append(n)
+            continue
+        own = {n.aten} | {a for ld in loads(n.body) if ld.buf in bodies for a in names[ld.buf]}
+        names[n.name] = own
+        n = _with_body(n, inline_loads(n.body, bodies) if bodies else n.body)
+        ops = op_count(n.body)
+        cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
+        if isinstance(n, Pointwise) and n.name not in need and cheap and ops <= INLINE_MAX_OPS:
+            bodies[n.name] = (tuple(v.name for v in n.vars), n.body)
+        else:
+            kept.append(n)
+    return kept, names
+
+
+def _with_body(n: Node, body: Value) -> Node:
+    if body is n.body:
+        return n
+    return type(n)(**{**n.__dict__, "body": body})
+
+
+# ---- pass 2: group -------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    index: int
+    full_size: tuple[int, ...]
+    axes: tuple[int, ...]
+    members: list[tuple[Node, str]] = field(default_factory=list)  # (node, "full"|"outer"|"reduce")
+    space: dict[str, str] = field(default_factory=dict)  # buffer -> "full" | "outer"
+
+    @property
+    def outer_size(self) -> tuple[int, ...]:
+        return tuple(s for k, s in enumerate(self.full_size) if k not in self.axes)
+
+
+def _full_coords(node: Node, role: str, axes: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """(full-space coordinates, outer coordinates) of the point `node` computes, in its vars."""
+    if role == "full":
+        full = tuple(Index.of(v) for v in node.vars)
+        return full, tuple(c for k, c in enumerate(full) if k not in axes)
+    if role == "outer":
+        return (), tuple(Index.of(v) for v in node.vars)
+    ivars, rvars = iter(node.vars), iter(node.reduction_vars)
+    full = tuple(Index.of(next(rvars) if k in axes else next(ivars)) for k in range(len(node.input_size)))
+    return full, tuple(Index.of(v) for v in node.vars)
+
+
+def _role(node: Node, g: _Group) -> str | None:
+    if isinstance(node, Pointwise):
+        if node.size == g.full_size:
+            return "full"
+        if g.axes and node.size == g.outer_size:
+            return "outer"
+        return None
+    if isinstance(node, Reduction) and node.input_size == g.full_size:
+        if node.axes == g.axes or (not g.axes and all(sp == "full" for sp in g.space.values())):
+            return "reduce"
+    return None
+
+
+def _fits(node: Node, role: str, g: _Group, axes: tuple[int, ...]) -> bool:
+    full, outer = _full_coords(node, role, axes)
+    for ld in loads(node.body):
+        space = g.space.get(ld.buf)
+        if space is None:
+            continue
+        idx = tuple(ld.indices)
+        if space == "full" and (role == "outer" or idx != full):
+            return False
+        if space == "outer" and idx != outer:
+            return False
+    return True
+
+
+def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
+    launches: list[_Group | ExternKernel] = []
+    producer: dict[str, int] = {}
+    for node in nodes:
+        deps = {ld.buf for ld in loads(node.body)} if not isinstance(node, ExternKernel) else _extern_deps(node)
+        after = max((producer[d] for d in deps if d in producer), default=-1)
+        if isinstance(node, ExternKernel):
+            launches.append(node)
+            for name, _ in node.outputs:
+                producer[name] = len(launches) - 1
+            continue
+        chosen = None
+        for g in reversed(launches[max(after, len(launches) - SCAN_LAUNCHES, 0) :]):
+            if not isinstance(g, _Group):
+                continue
+            role = _role(node, g)
+            axes = node.axes if role == "reduce" else g.axes
+            if role is not None and _fits(node, role, g, axes):
+                chosen = (g, role, axes)
+                break
+        if chosen is None:
+            if isinstance(node, Reduction):
+                g = _Group(len(launches), node.input_size, node.axes)
+                role = "reduce"
+            else:
+                g = _Group(len(launches), node.size, ())
+                role = "full"
+            launches.append(g)
+        else:
+            g, role, axes = chosen
+            g.axes = axes
+        g.members.append((node, role))
+        g.space[node.name] = "full" if role == "full" else "outer"
+        producer[node.name] = g.index
+    return launches
+
+
+def _extern_deps(node: ExternKernel) -> set[str]:
+    flat, _ = tree_flatten((node.args, [v for _, v in node.kwargs]))
+    return {a.buf for a in flat if isinstance(a, TensorArg)}
+
+
+# ---- pass 3: finish ------------------------------------------------------------------------
+
+
+def schedule(graph: Graph) -> Schedule:
+    """Fuse `graph` into launches."""
+    nodes, names = inline(graph)
+    launches = group(nodes)
+    layouts = graph.buffer_layouts()
+    needed_outside = _needed_outside(graph, launches)
+    out: list[Launch] = []
+    counter = 0
+    for item in launches:
+        if isinstance(item, ExternKernel):
+            out.append(ExternCall(item))
+            continue
+        out.append(_finish(item, layouts, needed_outside, names, counter))
+        counter += 1
+    materialised = {b.name: b.layout for b in graph.inputs}
+    materialised.update({c.name: c.layout for c in graph.constants})
+    for launch in out:
+        for name in launch.writes:
+            materialised[name] = layouts[name]
+    return Schedule(
+        graph.inputs, graph.constants, tuple(out), materialised,
+        _frees(out, graph), graph.outputs, graph.source_lines,
+    )
+
+
+def _needed_outside(graph: Graph, launches: list) -> set[str]:
+    """buffer -> read by some other launch (or an output, or a gather)."""
+    where: dict[str, int] = {}
+    for k, item in enumerate(launches):
+        if isinstance(item, _Group):
+            for n, _ in item.members:
+                where[n.name] = k
+    need = set(required_buffers(graph))
+    for k, item in enumerate(launches):
+        if isinstance(item, _Group):
+            for n, _ in item.members:
+                need |= {ld.buf for ld in loads(n.body) if where.get(ld.buf, k) != k}
+    return need
+
+
+def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict[str, set[str]], counter: int) -> KernelGroup:
+    outer = make_vars("x", g.outer_size)
+    red = make_vars("r", tuple(g.full_size[a] for a in g.axes))
+    it_x, it_r = iter(outer), iter(red)
+    full = tuple(Index.of(next(it_r) if k in g.axes else next(it_x)) for k in range(len(g.full_size)))
+    outer_idx = tuple(Index.of(v) for v in outer)
+    steps: list[Step] = []
+    internal = {n.name: role for n, role in g.members}
+    for node, role in g.members:
+        if role == "full":
+            mapping = dict(zip((v.name for v in node.vars), full))
+            point = full
+        elif role == "outer":
+            mapping = dict(zip((v.name for v in node.vars), outer_idx))
+            point = outer_idx
+        else:  # a reduction: its i* are the outer vars, its r* the reduced dims in order
+            mapping = dict(zip((v.name for v in node.vars), outer_idx))
+            reduced = (c for k, c in enumerate(full) if k in g.axes)
+            mapping.update(zip((v.name for v in node.reduction_vars), reduced))
+            point = outer_idx
+        value = _refs(substitute(node.body, mapping), internal)
+        loop = "inner" if role == "reduce" or (role == "full" and g.axes) else "outer"
+        store = point if node.name in needed else None
+        steps.append(Step(node.name, loop, value, node.dtype, node.reduction_type if isinstance(node, Reduction) else None, store))
+    steps, outer, red = _merge_dims(steps, outer, red, layouts)
+    kind = "reduction" if g.axes else "pointwise"
+    reads = tuple(dict.fromkeys(ld.buf for s in steps for ld in loads(s.value)))
+    writes = tuple(s.name for s in steps if s.store is not None)
+    origins = tuple(dict.fromkeys(o for n, _ in g.members for o in n.origins))
+    ops = {a for n, _ in g.members for a in names.get(n.name, {n.aten})}
+    name = _kernel_name(kind, ops, counter)
+    return KernelGroup(name, kind, outer, red, tuple(steps), reads, writes, origins, tuple(n.name for n, _ in g.members))
+
+
+def _refs(value: Value, internal: dict[str, str]) -> Value:
+    """Loads of buffers computed in the same kernel (at the current point, which grouping
+    guaranteed) read the step's value instead."""
+
+    def on_load(ld: Load, indices: tuple, mask: Value | None) -> Value:
+        if ld.buf not in internal:
+            return Load(ld.buf, indices, ld.dtype, mask)
+        ref = Ref(ld.buf, ld.dtype)
+        if mask is None:
+            return ref
+        return Op("where", (mask, ref, Constant(0, ld.dtype)), ld.dtype)
+
+    return rewrite(value, on_load, lambda i: i)
+
+
+def _index_exprs(steps: list[Step], layouts: dict[str, Layout]) -> list[Index]:
+    exprs: list[Index] = []
+    for s in steps:
+        for v in iter_values(s.value):
+            if isinstance(v, Load):
+                exprs.append(address(layouts[v.buf], v.indices)[0])
+            elif isinstance(v, IndexValue):
+                exprs.append(v.index)
+        if s.store is not None:
+            exprs.append(address(layouts[s.name], s.store)[0])
+    return exprs
+
+
+def _mergeable(a: Var, b: Var, exprs: list[Index]) -> bool:
+    for e in exprs:
+        ca, cb = e.coefficient(a), e.coefficient(b)
+        if ca is None or cb is None or ca != cb * b.size:
+            return False
+    return True
+
+
+def _merge_dims(steps: list[Step], outer: tuple[Var, ...], red: tuple[Var, ...], layouts) -> tuple[list[Step], tuple[Var, ...], tuple[Var, ...]]:
+    """Merge adjacent loop dims `a, b` into one var `m` (a = m // |b|, b = m % |b|) where every
+    address is linear in both with coeff(a) == coeff(b) * |b|; then renumber."""
+    groups = {"x": list(outer), "r": list(red)}
+    changed = True
+    while changed:
+        changed = False
+        exprs = _index_exprs(steps, layouts)
+        for prefix, vs in groups.items():
+            for k in range(len(vs) - 1):
+                a, b = vs[k], vs[k + 1]
+                if _mergeable(a, b, exprs):
+                    m = Var(a.name + "m", a.size * b.size)
+                    mapping = {a.name: Index.of(m) // b.size, b.name: Index.of(m) % b.size}
+                    steps = _subs_steps(steps, mapping)
+                    vs[k : k + 2] = [m]
+                    changed = True
+                    break
+            if changed:
+                break
+    # drop size-1 dims and renumber x0.., r0..
+    final: dict[str, tuple[Var, ...]] = {}
+    mapping: dict[str, Index] = {}
+    for prefix, vs in groups.items():
+        kept = [v for v in vs if v.size != 1] if len(vs) > 1 else vs
+        new = make_vars(prefix, tuple(v.size for v in kept))
+        for v in vs:
+            mapping[v.name] = Index()
+        for old, nv in zip(kept, new):
+            mapping[old.name] = Index.of(nv)
+        final[prefix] = new
+    steps = _subs_steps(steps, mapping)
+    return steps, final["x"], final["r"]
+
+
+def _subs_steps(steps: list[Step], mapping: dict[str, Index]) -> list[Step]:
+    out = []
+    for s in steps:
+        store = tuple(i.subs(mapping) for i in s.store) if s.store is not None else None
+        out.append(Step(s.name, s.loop, substitute(s.value, mapping), s.dtype, s.reduction_type, store))
+    return out
+
+
+_SUFFIX = re.compile(r"_\d+$")
+
+
+def _kernel_name(kind: str, aten_names: set[str], counter: int) -> str:
+    ops = sorted({_SUFFIX.sub("", a) for a in aten_names if a})[:6]
+    prefix = "triton_red_fused" if kind == "reduction" else "triton_poi_fused"
+    return "_".join([prefix, *ops, str(counter)])
+
+
+def _frees(launches: list[Launch], graph: Graph) -> tuple[tuple[str, ...], ...]:
+    keep = {o.buf for o in graph.outputs if isinstance(o, TensorArg)}
+    keep |= {b.name for b in graph.inputs} | {c.name for c in graph.constants}
+    last: dict[str, int] = {}
+    for k, launch in enumerate(launches):
+        used: set[str] = set(launch.writes)
+        if isinstance(launch, KernelGroup):
+            used |= set(launch.reads)
+        else:
+            used |= _extern_deps(launch.node)
+        for b in used:
+            last[b] = k
+    frees: list[list[str]] = [[] for _ in launches]
+    for b, k in last.items():
+        if b not in keep:
+            frees[k].append(b)
+    return tuple(tuple(sorted(f)) for f in frees)
+

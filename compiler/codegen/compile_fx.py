@@ -144,7 +144,10 @@ class _Compiled:
         return _runner(call, aot, self.mode, device)
 
     def _load(self, emitter, sched: Schedule, kernels: dict[str, KernelSource], source: str, device: torch.device) -> Callable:
-        loaded = {name: emitter.load(k, self.mode) for name, k in kernels.items()}
+        if hasattr(emitter, "load_many"):  # compiles several kernels together, in parallel
+            loaded = dict(zip(kernels, emitter.load_many(list(kernels.values()), self.mode)))
+        else:
+            loaded = {name: emitter.load(k, self.mode) for name, k in kernels.items()}
         if emitter.language == "triton" and device.type == "cuda":
             from compiler.runtime.triton_launch import warm_all
 

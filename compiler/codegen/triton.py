@@ -250,7 +250,7 @@ class _KernelWriter:
         if step.store is None:
             return
         static, _ = address(self.buffers[step.name], step.store)
-        level = 2 if step.loop == "inner" else 1
+        level = 2 if step.loop == "inner" and step.reduction_type is None else 1
         addr = render(static)
         if self.index_level(static) == 0:
             addr = f"tl.full({self.shape(level)}, {addr}, tl.int32)"

@@ -46,6 +46,10 @@ def message(text: str, level: str = "info") -> None:
     )
 
 
+def _probe() -> None:
+    """The function compiled to validate options before the cell runs."""
+
+
 @magics_class
 class CompileMagics(Magics):
     def __init__(self, shell: Any) -> None:
@@ -84,6 +88,10 @@ class CompileMagics(Magics):
             fullgraph=args.fullgraph,
             dynamic=True if args.dynamic else None,
         )
+        try:  # compile is lazy, so this only checks the options (e.g. an unknown mode)
+            compiler.compile(_probe, **options.kwargs())
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"bad compile options: {exc}") from None
         return options, compare
 
     def _hook(self, options: CompileOptions, run: CellRun, obj: Any, name: str) -> Any:

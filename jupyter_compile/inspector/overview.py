@@ -94,7 +94,9 @@ def summary_badges(report: CompiledReport) -> str:
     return f'<div class="jc-badges">{"".join(parts)}</div>'
 
 
-def render(state: InspectorState) -> str:
+def render(state: InspectorState, badges: bool = True) -> str:
+    """The tab's HTML; the live widget leaves the badges out (the header above the tabs
+    shows them)."""
     report = state.report
     if report is None or not report.functions:
         return note(
@@ -102,7 +104,7 @@ def render(state: InspectorState) -> str:
             or f"{state.title} has not been called yet: call it to compile and fill this view."
         )
     refs = graph_refs(report)
-    parts = [summary_badges(report), _legend(refs)]
+    parts = [summary_badges(report) if badges else "", _legend(refs)]
     for fn in report.functions:
         parts.append(heading(f"{fn.qualname}  ({fn.filename}:{fn.firstlineno})", 5))
         if fn.source:
@@ -118,7 +120,7 @@ class OverviewView:
     title = "Overview"
 
     def __init__(self, state: InspectorState) -> None:
-        self.widget = widgets.HTML(render(state))
+        self.widget = widgets.HTML(render(state, badges=False))
 
     def update(self, state: InspectorState) -> None:
-        self.widget.value = render(state)
+        self.widget.value = render(state, badges=False)

@@ -184,3 +184,9 @@ def test_compare_torch_adds_the_labelled_column(shell, monkeypatch: pytest.Monke
     labels = [m.label for m in inspector(shell, "f").state.timing.measurements]
     assert labels == ["eager", "compiled", "vs torch.compile"]
     assert "vs torch.compile" in visible(out.html())
+
+
+def test_an_unknown_mode_is_refused_before_the_cell_runs(shell) -> None:
+    out = run(shell, "%%compile --mode fastest\nran = True\n")
+    assert "UsageError: bad compile options: unknown mode 'fastest'" in out.stderr
+    assert "ran" not in shell.user_ns

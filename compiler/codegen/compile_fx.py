@@ -153,7 +153,9 @@ class _Compiled:
 
             warm_all([(loaded[k.name], [sched.buffers[b].dtype for b in (*k.reads, *k.writes)]) for k in sched.kernels])
         module, _ = load_module(source, str(device.type), kind="wrappers")
-        module.__dict__.update(loaded)
+        # Bound under each KernelSource's own name, which its `call` line uses (the C++
+        # emitter names kernels cpp_* where the scheduler's group name says triton_*).
+        module.__dict__.update({kernels[name].name: fn for name, fn in loaded.items()})
         module.__dict__.update({c.name: c.value for c in sched.constants})
         module.device = device
         return module.call

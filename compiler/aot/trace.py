@@ -44,6 +44,10 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
 
+    # make_fx records `from_node` only for nodes whose meta is non-empty
+    for node in gm.graph.nodes:
+        node.meta.setdefault("compiler_origin", node.name)
+
     with fx_traceback.preserve_node_meta(), torch.no_grad():
         aten_gm = make_fx(
             functionalize(run),

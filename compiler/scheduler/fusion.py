@@ -69,10 +69,11 @@ def required_buffers(graph: Graph) -> set[str]:
     return need
 
 
-def inline(graph: Graph) -> tuple[list[Node], dict[str, set[str]]]:
+def inline(graph: Graph) -> tuple[list[Node], dict[str, dict[str, None]], dict[str, dict[str, None]]]:
     """The nodes that remain after substituting inlinable pointwise nodes into consumers
-    (their bodies then read only materialised buffers), and for each the aten node names it
-    now computes (its own and those inlined into it), which name its kernel.
+    (their bodies then read only materialised buffers), and for each node the aten node
+    names (which name its kernel) and the FX nodes it now computes: its own and those of the
+    nodes inlined into it, in graph order.
 
     A producer is inlinable when it is not required in memory, its own (already inlined)
     body is at most INLINE_MAX_OPS ops, and it is cheap or read by one consumer; a
@@ -84,14 +85,16 @@ def inline(graph: Graph) -> tuple[list[Node], dict[str, set[str]]]:
             for buf in {ld.buf for ld in loads(n.body)}:
                 readers[buf] = readers.get(buf, 0) + 1
     bodies: dict[str, tuple[tuple[str, ...], Value]] = {}
-    names: dict[str, set[str]] = {}
+    names: dict[str, dict[str, None]] = {}
+    origins: dict[str, dict[str, None]] = {}
     kept: list[Node] = []
     for n in graph.nodes:
         if isinstance(n, ExternKernel):
             kept.append(n)
             continue
-        own = {n.aten} | {a for ld in loads(n.body) if ld.buf in bodies for a in names[ld.buf]}
-        names[n.name] = own
+        inlined = [ld.buf for ld in loads(n.body) if ld.buf in bodies]
+        names[n.name] = {a: None for b in inlined for a in names[b]} | {n.aten: None}
+        origins[n.name] = {o: None for b in inlined for o in origins[b]} | dict.fromkeys(n.origins)
         n = _with_body(n, inline_loads(n.body, bodies) if bodies else n.body)
         ops = op_count(n.body)
         cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
@@ -99,7 +102,7 @@ def inline(graph: Graph) -> tuple[list[Node], dict[str, set[str]]]:
             bodies[n.name] = (tuple(v.name for v in n.vars), n.body)
         else:
             kept.append(n)
-    return kept, names
+    return kept, names, origins
 
 
 def _with_body(n: Node, body: Value) -> Node:
@@ -210,7 +213,7 @@ def _extern_deps(node: ExternKernel) -> set[str]:
 
 def schedule(graph: Graph) -> Schedule:
     """Fuse `graph` into launches."""
-    nodes, names = inline(graph)
+    nodes, names, origins = inline(graph)
     launches = group(nodes)
     layouts = graph.buffer_layouts()
     needed_outside = _needed_outside(graph, launches)
@@ -220,7 +223,7 @@ def schedule(graph: Graph) -> Schedule:
         if isinstance(item, ExternKernel):
             out.append(ExternCall(item))
             continue
-        out.append(_finish(item, layouts, needed_outside, names, counter))
+        out.append(_finish(item, layouts, needed_outside, names, origins, counter))
         counter += 1
     materialised = {b.name: b.layout for b in graph.inputs}
     materialised.update({c.name: c.layout for c in graph.constants})
@@ -248,7 +251,7 @@ def _needed_outside(graph: Graph, launches: list) -> set[str]:
     return need
 
 
-def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict[str, set[str]], counter: int) -> KernelGroup:
+def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict, origins: dict, counter: int) -> KernelGroup:
     outer = make_vars("x", g.outer_size)
     red = make_vars("r", tuple(g.full_size[a] for a in g.axes))
     it_x, it_r = iter(outer), iter(red)
@@ -276,10 +279,10 @@ def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict
     kind = "reduction" if g.axes else "pointwise"
     reads = tuple(dict.fromkeys(ld.buf for s in steps for ld in loads(s.value)))
     writes = tuple(s.name for s in steps if s.store is not None)
-    origins = tuple(dict.fromkeys(o for n, _ in g.members for o in n.origins))
-    ops = {a for n, _ in g.members for a in names.get(n.name, {n.aten})}
+    fused = tuple(dict.fromkeys(o for n, _ in g.members for o in origins.get(n.name, n.origins)))
+    ops = {a for n, _ in g.members for a in names.get(n.name, {n.aten: None})}
     name = _kernel_name(kind, ops, counter)
-    return KernelGroup(name, kind, outer, red, tuple(steps), reads, writes, origins, tuple(n.name for n, _ in g.members))
+    return KernelGroup(name, kind, outer, red, tuple(steps), reads, writes, fused, tuple(n.name for n, _ in g.members))
 
 
 def _refs(value: Value, internal: dict[str, str]) -> Value:

@@ -1,0 +1,10 @@
+"""tests/codegen: Triton kernels run in Triton's interpreter on CPU tensors here.
+
+TRITON_INTERPRET must be set before triton is first imported, hence at conftest import.
+(The C++ emitter's tests in this folder are unaffected: on CPU the C++ emitter is chosen
+unless COMPILER_CPU_EMITTER=triton, which the Triton tests set for themselves.)
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,0 +1,78 @@
+"""The differential helper of the codegen tests: compile with compile_fx, run, compare with
+eager and with the loop-IR reference interpreter. benchmarks/codegen_gpu.py reuses it on GPU."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from compiler.aot.trace import trace_forward
+from compiler.codegen.compile_fx import compile_fx
+from compiler.ir.interpret import run_graph
+from compiler.lowering.core import lower
+from compiler.records import GraphRecord, compiling_graph
+
+
+def to_graph(fn: Callable | torch.nn.Module) -> torch.fx.GraphModule:
+    if isinstance(fn, torch.fx.GraphModule):
+        return fn
+    return torch.fx.symbolic_trace(fn)
+
+
+def compile_and_run(fn: Callable | torch.nn.Module, *inputs: Any, mode: str | None = None) -> tuple[Any, GraphRecord, torch.fx.GraphModule]:
+    gm = to_graph(fn)
+    record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
+    with compiling_graph(record):
+        compiled = compile_fx(gm, list(inputs), mode=mode)
+    return compiled(*inputs), record, gm
+
+
+def _close(actual: Any, expected: Any, atol: float | None, rtol: float | None) -> None:
+    a_flat, _ = tree_flatten(actual)
+    e_flat, _ = tree_flatten(expected)
+    assert len(a_flat) == len(e_flat)
+    for a, e in zip(a_flat, e_flat):
+        if isinstance(e, torch.Tensor):
+            assert isinstance(a, torch.Tensor)
+            assert a.dtype == e.dtype and a.shape == e.shape
+            torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
+        else:
+            assert a == e
+
+
+def check(fn: Callable | torch.nn.Module, *inputs: Any, atol: float | None = None, rtol: float | None = None,
+          interpreter: bool = True, mode: str | None = None) -> GraphRecord:
+    """compile_fx(fn) == eager(fn) (== the IR interpreter) on `inputs`; returns the record."""
+    gm = to_graph(fn)
+    with torch.no_grad():
+        expected = gm(*inputs)
+        actual, record, _ = compile_and_run(gm, *inputs, mode=mode)
+    assert record.fallback is None, record.fallback
+    _close(actual, expected, atol, rtol)
+    if interpreter and all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor)):
+        with torch.no_grad():
+            aot = trace_forward(gm, list(inputs))
+            graph, _ = lower(aot, list(inputs))
+            flat = run_graph(graph, list(inputs))
+        out_node = next(n for n in aot.gm.graph.nodes if n.op == "output")
+        _, spec = tree_flatten(out_node.args[0])
+        _close(spec.unflatten(flat), expected, atol, rtol)
+    return record
+
+
+def triton_kernels(record: GraphRecord) -> list:
+    return [k for k in record.kernels if k.language == "triton"]
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.rand(shape, device=device) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-5, 6, shape, dtype=dtype, device=device)
+    return torch.randn(shape, device=device).to(dtype)
+
+
+def inputs_like(shapes: Sequence[tuple[int, ...]], **kw: Any) -> list[torch.Tensor]:
+    return [rand(*s, **kw) for s in shapes]

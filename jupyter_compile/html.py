@@ -60,12 +60,29 @@ def highlight_lines(code: str, language: str = "python") -> list[str]:
     return (lines + [""] * wanted)[:wanted]
 
 
-def highlight(code: str, language: str = "python", max_height: int = 420) -> str:
-    """A scrollable highlighted code block (blank lines around the code dropped)."""
-    body = "\n".join(highlight_lines(code.strip("\n"), language))
+MAX_CODE_LINES = 400
+
+
+def highlight(
+    code: str, language: str = "python", max_height: int = 420, max_lines: int = MAX_CODE_LINES
+) -> str:
+    """A scrollable highlighted code block (blank lines around the code dropped). Past
+    `max_lines` the code is cut with a note: a model's guard function or graph can run to
+    tens of thousands of lines, which would make the notebook slow to open; the full text
+    stays in the records (`compiler.inspect`)."""
+    lines = code.strip("\n").split("\n")
+    cut = len(lines) - max_lines
+    body = "\n".join(highlight_lines("\n".join(lines[:max_lines]), language))
+    more = (
+        f'<div style="color: #888; font-size: 12px;">… {cut} more lines not shown '
+        "(the full text is in the records: compiler.inspect(fn))</div>"
+        if cut > 0
+        else ""
+    )
     return (
         f'<pre style="{MONO} margin: 0; padding: 6px; background: #f8f8f8; overflow: auto; '
         f'max-height: {max_height}px; border: 1px solid #e1e1e1; line-height: 1.35;">{body}</pre>'
+        + more
     )
 
 

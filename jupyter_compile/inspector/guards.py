@@ -6,6 +6,8 @@ older entries that failed), then one table per entry and its generated guard fun
 
 from __future__ import annotations
 
+from collections import Counter
+
 import ipywidgets as widgets
 
 from compiler.records import EntryRecord, FunctionRecord, SourceLine
@@ -46,6 +48,11 @@ def history(state: InspectorState) -> str:
     )
 
 
+# A model's entry guards every parameter (over a thousand guards for a ResNet): the table shows
+# the first ones, the counts by kind summarise the rest.
+MAX_GUARD_ROWS = 100
+
+
 def entry_view(fn: FunctionRecord, entry: EntryRecord, number: str) -> str:
     parts = []
     if entry.recompile_reason:
@@ -57,12 +64,18 @@ def entry_view(fn: FunctionRecord, entry: EntryRecord, number: str) -> str:
             )
         )
     if entry.guards:
+        kinds = Counter(g.kind for g in entry.guards)
+        parts.append(note(", ".join(f"{n} {kind}" for kind, n in kinds.most_common())))
         rows = [
-            (g.kind, g.source, g.expr, g.description, _user_line(g.user_line)) for g in entry.guards
+            (g.kind, g.source, g.expr, g.description, _user_line(g.user_line))
+            for g in entry.guards[:MAX_GUARD_ROWS]
         ]
         parts.append(
             table(["kind", "source", "expr", "description", "user line"], rows, mono_cols=(1, 2))
         )
+        if len(entry.guards) > MAX_GUARD_ROWS:
+            more = len(entry.guards) - MAX_GUARD_ROWS
+            parts.append(note(f"… {more} more guards; the guard function below checks them all"))
     else:
         parts.append(note("no guards: this entry is always reused"))
     if entry.guard_source:

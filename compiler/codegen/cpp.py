@@ -131,6 +131,8 @@ def op_expr(op: Op, args: list[str]) -> str:
         return f"({a} {binary[name]} {b})"
     if name in compare:
         return f"({a} {compare[name]} {b})"
+    if name == "truncdiv":  # C's integer division truncates already
+        return f"{_math('trunc', ctype)}({a} / {b})" if floating else f"({a} / {b})"
     if name in ("floordiv", "remainder", "fmod", "maximum", "minimum"):
         return f"jc_{name}({a}, {b})"
     if name == "neg":

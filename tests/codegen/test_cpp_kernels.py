@@ -307,3 +307,17 @@ def test_short_window_reductions_unroll_and_vectorise_across_outputs():
     torch.testing.assert_close(outs["buf0"], x.amax((2, 3)).flatten())
     # the 3x3 window is contiguous: fused to 9 points, each its own block
     assert "const int64_t r0 = 8;" in source.source and "for (int64_t r" not in source.source
+
+
+def test_every_ir_op_has_a_cpp_rule():
+    from compiler.codegen.cpp import op_expr
+    from compiler.ir.nodes import OPS
+
+    f32, i64, bl = torch.float32, torch.int64, torch.bool
+    for name, arity in OPS.items():
+        for dtype in (f32, i64):
+            args = [Constant(1, dtype)] * arity
+            if name == "where":
+                args[0] = Constant(True, bl)
+            out = bl if name in ("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf") else dtype
+            assert op_expr(Op(name, tuple(args), out), ["a", "b", "c"][:arity])

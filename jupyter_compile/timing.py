@@ -153,6 +153,15 @@ def kernel_times(
     return found
 
 
+def _kernels_visible_to_profiler(report: CompiledReport, device: str) -> bool:
+    """GPU kernels show up in the profiler under their names; CPU kernels only when the
+    generated wrapper brackets them with record_function. Without them profiling finds
+    nothing and only costs time (and, on a CPU-only torch, profiler log lines)."""
+    return device == "cuda" or any(
+        "record_function" in (g.wrapper_source or "") for g in report.graphs
+    )
+
+
 def torch_compiled(fn: Callable) -> Callable:
     """The comparison anchor, labelled as such wherever it is shown."""
     return torch.compile(fn)
@@ -177,7 +186,7 @@ def run_timing(
         else:
             rows.append(measure(anchor, args, kwargs, device, TORCH_COMPILE_LABEL))
     result = TimingResult(device=device, measurements=rows)
-    if report is not None and report.kernels:
+    if report is not None and report.kernels and _kernels_visible_to_profiler(report, device):
         try:
             result.kernel_ms = kernel_times(inputs.compiled, args, kwargs, report.kernels, device)
         except Exception:  # the profiler is optional here: the call timings above stand

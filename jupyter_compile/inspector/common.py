@@ -94,6 +94,17 @@ def in_function(fn: FunctionRecord, line: SourceLine) -> bool:
     return line.filename == fn.filename and line.lineno in line_span(fn)
 
 
+def unique_lines(lines: list[SourceLine]) -> list[SourceLine]:
+    """Each user line once, in order (a kernel fusing four nodes of one line lists it once)."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for line in lines:
+        if (line.filename, line.lineno) not in seen:
+            seen.add((line.filename, line.lineno))
+            out.append(line)
+    return out
+
+
 def where(line: SourceLine) -> str:
     return f"{line.filename}:{line.lineno}"
 

@@ -10,7 +10,13 @@ import ipywidgets as widgets
 
 from jupyter_compile import graph_svg
 from jupyter_compile.html import details, esc, heading, highlight, note, table
-from jupyter_compile.inspector.common import GraphRef, InspectorState, graph_refs, where
+from jupyter_compile.inspector.common import (
+    GraphRef,
+    InspectorState,
+    graph_refs,
+    unique_lines,
+    where,
+)
 
 STATIC_GRAPH_LIMIT = 8  # graphs drawn in the static fallback; the live view has them all
 
@@ -34,7 +40,7 @@ def graph_details(ref: GraphRef) -> str:
         facts.append(("example inputs", "; ".join(g.example_inputs)))
     parts.append(table(["", ""], facts))
     if g.source_lines:
-        rows = [(where(s), s.function, s.text.strip()) for s in g.source_lines]
+        rows = [(where(s), s.function, s.text.strip()) for s in unique_lines(g.source_lines)]
         parts.append(
             details(
                 f"user source lines ({len(rows)})",

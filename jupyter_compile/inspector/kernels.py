@@ -8,15 +8,26 @@ import ipywidgets as widgets
 
 from compiler.records import KernelRecord
 from jupyter_compile.html import details, esc, heading, highlight, note, table
-from jupyter_compile.inspector.common import InspectorState, KernelRef, kernel_refs, where
+from jupyter_compile.inspector.common import (
+    InspectorState,
+    KernelRef,
+    kernel_refs,
+    unique_lines,
+    where,
+)
 from jupyter_compile.timing import bandwidth_gbs
 
 STATIC_KERNEL_LIMIT = 12
 
+NOT_PROFILED = (
+    "not measured: the timing run's profiler did not see this kernel (CPU kernels are seen "
+    "when the generated wrapper marks them with record_function)"
+)
+
 _LANGUAGE_LEXER = {"triton": "python", "cpp": "cpp", "extern": "python"}
 
 
-def facts(kernel: KernelRecord) -> list[tuple[str, object]]:
+def facts(kernel: KernelRecord, timed: bool = False) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [("language", kernel.language)]
     if kernel.grid:
         rows.append(("grid", kernel.grid))
@@ -30,13 +41,15 @@ def facts(kernel: KernelRecord) -> list[tuple[str, object]]:
         if bw is not None:
             rows.append(("achieved bandwidth", f"{bw:.2f} GB/s"))
     else:
-        rows.append(("measured time", "run timing (Timing tab) to measure"))
+        rows.append(
+            ("measured time", NOT_PROFILED if timed else "run timing (Timing tab) to measure")
+        )
     return rows
 
 
-def kernel_view(ref: KernelRef) -> str:
+def kernel_view(ref: KernelRef, timed: bool = False) -> str:
     k = ref.kernel
-    parts = [table(["", ""], facts(k))]
+    parts = [table(["", ""], facts(k, timed))]
     if k.fused_nodes:
         parts.append(heading(f"fused FX nodes ({len(k.fused_nodes)}) of graph {ref.graph.index}"))
         parts.append(
@@ -45,7 +58,7 @@ def kernel_view(ref: KernelRef) -> str:
             + "</div>"
         )
     if k.source_lines:
-        rows = [(where(s), s.function, s.text.strip()) for s in k.source_lines]
+        rows = [(where(s), s.function, s.text.strip()) for s in unique_lines(k.source_lines)]
         parts.append(heading("from these source lines"))
         parts.append(table(["where", "function", "line"], rows, mono_cols=(2,)))
     parts.append(heading("source"))
@@ -60,8 +73,9 @@ def render(state: InspectorState) -> str:
         return note(
             f"no kernels: the backend ({backend or 'unknown'}) generated none for these graphs"
         )
+    timed = state.timing is not None
     parts = [
-        details(ref.label, kernel_view(ref), open_=(ref.index == 0))
+        details(ref.label, kernel_view(ref, timed), open_=(ref.index == 0))
         for ref in refs[:STATIC_KERNEL_LIMIT]
     ]
     if len(refs) > STATIC_KERNEL_LIMIT:
@@ -76,6 +90,7 @@ class KernelsView:
 
     def __init__(self, state: InspectorState) -> None:
         self.refs: list[KernelRef] = []
+        self._timed = False
         self.pick = widgets.Dropdown(
             description="kernel", layout=widgets.Layout(width="min(100%, 640px)")
         )
@@ -86,6 +101,7 @@ class KernelsView:
 
     def update(self, state: InspectorState) -> None:
         self.refs = kernel_refs(state.report)
+        self._timed = state.timing is not None
         self._empty = render(state) if not self.refs else ""
         current = self.pick.value
         self.pick.options = [(r.label, r.index) for r in self.refs]
@@ -98,4 +114,4 @@ class KernelsView:
         if not self.refs or self.pick.value is None:
             self.body.value = self._empty
             return
-        self.body.value = kernel_view(self.refs[self.pick.value])
+        self.body.value = kernel_view(self.refs[self.pick.value], self._timed)

@@ -61,6 +61,9 @@ def test_kernel_times_match_profiler_ranges_by_kernel_name() -> None:
 def test_run_timing_stores_kernel_times_on_the_records() -> None:
     graph = graph_record(first_graph, [])
     graph.kernels = [KernelRecord("cpp_fused_sin_0", "cpp", "", bytes_accessed=32768)]
+    graph.wrapper_source = (
+        "with record_function('cpp_fused_sin_0'):\n    cpp_fused_sin_0(arg0, buf0)"
+    )
     entry = EntryRecord("f", 1, graph)
     report = CompiledReport([FunctionRecord("f", "f", "<cell>", 1, "", entries=[entry])])
     inputs = TimingInputs(torch.sin, _profiled_kernel, torch.sin, (torch.randn(4096),), {})

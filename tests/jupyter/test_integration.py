@@ -138,17 +138,31 @@ def test_fullgraph_error_is_shown_and_the_shell_lives(shell) -> None:
 def test_default_backend_kernels_tab(shell) -> None:
     out = run(
         shell,
-        "%%compile\ndef fused(x, y):\n    return torch.sin(x) + torch.cos(y)\n"
+        "%%compile --compare eager\n"
+        "def fused(x, y):\n"
+        "    return torch.sin(x) + torch.cos(y)\n"
         "z = fused(torch.randn(32), torch.randn(32))\n",
     )
     assert out.result.success, out.stdout + out.stderr
-    report = inspector(shell, "fused").state.report
+    view = inspector(shell, "fused")
+    report = view.state.report
     graph = report.graphs[0]
     if graph.fallback:
         pytest.skip(f"the inductor backend fell back to eager on this machine: {graph.fallback}")
-    assert report.kernels
+    kernel = report.kernels[0]
+    assert {"sin", "cos", "add"} <= set(kernel.fused_nodes)
     static = [d for d in out.bundles() if WIDGET_MIME in d][0]["text/html"]
-    assert report.kernels[0].name in visible(static)
+    text = visible(static)
+    assert kernel.name in text and "fused FX nodes" in text
+    assert "return torch.sin(x) + torch.cos(y)" in text  # the user line behind the kernel
+    assert "generated wrapper" in text and "per call on cpu" in text
+    live = view.views[3]
+    assert kernel.name in live.pick.options[0][0]
+    assert "color:" in live.body.value  # pygments-highlighted source
+    labels = [m.label for m in view.state.timing.measurements]
+    assert labels == ["eager", "compiled"] and not any(
+        m.error for m in view.state.timing.measurements
+    )
 
 
 def test_user_strings_in_source_and_breaks_are_escaped(shell) -> None:

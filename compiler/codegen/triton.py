@@ -255,8 +255,10 @@ class _KernelWriter:
         if self.index_level(static) == 0:
             addr = f"tl.full({self.shape(level)}, {addr}, tl.int32)"
         text, vlevel = var
-        if vlevel == 0 or text[0].isdigit() or text in ("True", "False") or text.startswith(("float(", "-")):
+        if not text.startswith("tmp"):  # a literal
             text = f"tl.full({self.shape(level)}, {text}, {TL_DTYPES[step.dtype]})"
+        elif vlevel == 0:  # a scalar load: broadcast to the block
+            text = f"{text} + tl.zeros({self.shape(level)}, {TL_DTYPES[step.dtype]})"
         elif self.steps[step.name].value.dtype != step.dtype:
             text = f"{text}.to({TL_DTYPES[step.dtype]})"
         scope.lines.append(f"{scope.indent}tl.store({self.args[step.name]} + ({addr}), {text}, {self.mask(level)})")

@@ -5,6 +5,7 @@ against eager, so a wrong lowering and a wrong emitter fail differently.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -141,7 +142,7 @@ def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
             assert isinstance(node, Reduction)
             env = _grids(node.vars + node.reduction_vars)
             full = eval_value(node.body, env, buffers, layouts, node.size + node.reduction_size)
-            full = full.reshape(node.size + (-1,))
+            full = full.reshape(node.size + (math.prod(node.reduction_size),))
             value = _COMBINE[node.reduction_type](full) if full.shape[-1] or node.reduction_type not in ("max", "min") else full.sum(-1)
         out = torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype)
         out.copy_(value.to(lay.dtype))

@@ -345,7 +345,7 @@ def _merge_dims(steps: list[Step], outer: tuple[Var, ...], red: tuple[Var, ...],
     final: dict[str, tuple[Var, ...]] = {}
     mapping: dict[str, Index] = {}
     for prefix, vs in groups.items():
-        kept = [v for v in vs if v.size != 1] if len(vs) > 1 else vs
+        kept = [v for v in vs if v.size != 1]
         new = make_vars(prefix, tuple(v.size for v in kept))
         for v in vs:
             mapping[v.name] = Index()

@@ -491,6 +491,96 @@ def returns_constants_only(x):
     return 1, "two", None, (3.0, [4])
 
 
+# ---- other statements: eager's answer whether traced or run eagerly ----------------------
+
+
+_COUNTER = [0]
+_GLOBAL_SCALE = 2.0
+
+
+@case(T(3), graphs=1, breaks=0)
+def walrus_and_ternary(x):
+    y = (n := x.shape[0]) * x if x.dim() == 1 else x
+    return y, n
+
+
+@case(T(3), graphs=1, breaks=0)
+def try_finally_without_exception(x):
+    try:
+        y = x + 1
+    finally:
+        y = y * 2
+    return y
+
+
+@case(T(3), 2, graphs=1, breaks=0)
+def match_statement(x, n):
+    match n:
+        case 1:
+            return x
+        case 2:
+            return x * 2
+        case _:
+            return -x
+
+
+@case(T(3), graphs=1, breaks=0)
+def del_local_and_reassign(x):
+    y = x + 1
+    del y
+    y = x - 1
+    return y
+
+
+@case(T(3), graphs=None, breaks=None)
+def writes_a_global(x):
+    global _GLOBAL_SCALE
+    _GLOBAL_SCALE = 2.0  # same value each call: the caller sees it as in eager
+    return x * _GLOBAL_SCALE
+
+
+@case(T(3), graphs=None, breaks=None, recompiles=True)
+def mutates_global_list(x):
+    _COUNTER[0] += 1  # a side effect on a global object happens once per call
+    return x + 1
+
+
+@case(T(3), graphs=None, breaks=None)
+def generator_consumed(x):
+    def gen():
+        for i in range(3):
+            yield x * i
+
+    return list(gen())
+
+
+# A class statement inside the function may break (TorchDynamo breaks there too).
+@case(T(3), graphs=None, breaks=None)
+def class_defined_in_function(x):
+    class Local:
+        scale = 3
+
+    return x * Local.scale
+
+
+@case(T(3), graphs=1, breaks=0)
+def star_call_and_dict_merge(x):
+    args = (x, 2.0)
+    opts = {**{"shift": 1.0}, **{"shift": 0.5}}
+    return _scaled(*args, **opts)
+
+
+@case(T(3), graphs=1, breaks=0)
+def chained_comparisons_on_constants(x):
+    n = x.shape[0]
+    return x * (1 < n <= 3), 0 <= n < 2
+
+
+@case(T(3), graphs=1, breaks=0)
+def integer_and_float_builtins(x):
+    return x * pow(2, 3) + x * divmod(7, 3)[1] + hash(3) % 2 + int("4") + float("0.5")
+
+
 @pytest.mark.parametrize("fn,factories,expect", case)
 def test_python(fn, factories, expect):
     check(fn, *factories, **expect)

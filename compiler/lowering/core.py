@@ -169,6 +169,13 @@ class LoweringContext:
         assert out.view is not None
         return out.view
 
+    def direct(self, tv: TensorValue) -> TensorValue:
+        """`tv` read straight from a buffer laid out as `tv` (copying a view or a computed
+        value): what loads at shifted or run-time coordinates need."""
+        if tv.view is not None and self.layouts.get(tv.view.buf) == tv.view.layout:
+            return self.buffer_value(tv.view.buf, tv.view.layout)
+        return self.pointwise(tv.size, tv.dtype, tv.load)
+
     def extern(self, op: Any, args: tuple, kwargs: dict, note: bool) -> Any:
         """Run `op` as an aten call on materialised tensors; outputs shaped like the meta."""
 

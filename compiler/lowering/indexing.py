@@ -15,10 +15,9 @@ aten = torch.ops.aten
 
 
 def direct(ctx: LoweringContext, x: TensorValue) -> tuple[str, torch.dtype]:
-    """A buffer holding `x` whose own layout is x's (so Loads can address it by coordinates)."""
-    if x.view is not None and ctx.layouts.get(x.view.buf) == x.view.layout:
-        return x.view.buf, x.dtype
-    arg = ctx.realize(ctx.pointwise(x.size, x.dtype, x.load))
+    """A buffer laid out as `x`, so Loads can address it by coordinates."""
+    arg = ctx.direct(x).view
+    assert arg is not None
     return arg.buf, x.dtype
 
 

@@ -198,12 +198,7 @@ def _shiftable(ctx: LoweringContext, x: TensorValue, dim: int, shift: int, out_s
         x.load(probe)
         return x
     except IndexError_:
-        return ctx.buffer_value(*_realized(ctx, x))
-
-
-def _realized(ctx: LoweringContext, x: TensorValue) -> tuple[str, Layout]:
-    arg = ctx.realize(x)
-    return arg.buf, arg.layout
+        return ctx.direct(x)
 
 
 @register_lowering(aten.cat)

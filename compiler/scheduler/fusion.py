@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from torch.utils._pytree import tree_flatten
 
-from compiler.ir.index import Index, Var, make_vars
+from compiler.ir.index import Index, IndexError_, Var, make_vars
 from compiler.ir.nodes import (
     Constant,
     ExternKernel,
@@ -87,11 +87,15 @@ def inline(graph: Graph) -> tuple[list[Node], dict[str, dict[str, None]], dict[s
     bodies: dict[str, tuple[tuple[str, ...], Value]] = {}
     names: dict[str, dict[str, None]] = {}
     origins: dict[str, dict[str, None]] = {}
+    inlined_nodes: dict[str, Node] = {}
     kept: list[Node] = []
     for n in graph.nodes:
         if isinstance(n, ExternKernel):
             kept.append(n)
             continue
+        for p in _not_inlinable(n, bodies):  # read at coordinates its body cannot take
+            kept.append(inlined_nodes[p])
+            del bodies[p]
         inlined = [ld.buf for ld in loads(n.body) if ld.buf in bodies]
         names[n.name] = {a: None for b in inlined for a in names[b]} | {n.aten: None}
         origins[n.name] = {o: None for b in inlined for o in origins[b]} | dict.fromkeys(n.origins)
@@ -100,9 +104,22 @@ def inline(graph: Graph) -> tuple[list[Node], dict[str, dict[str, None]], dict[s
         cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
         if isinstance(n, Pointwise) and n.name not in need and cheap and ops <= INLINE_MAX_OPS:
             bodies[n.name] = (tuple(v.name for v in n.vars), n.body)
+            inlined_nodes[n.name] = n
         else:
             kept.append(n)
     return kept, names, origins
+
+
+def _not_inlinable(n: Node, bodies: dict) -> list[str]:
+    """Producers whose body cannot be evaluated at the coordinates `n` reads them at (a
+    reshape's floor division at a padded, possibly negative, coordinate)."""
+    out = []
+    for p in dict.fromkeys(ld.buf for ld in loads(n.body) if ld.buf in bodies):
+        try:
+            inline_loads(n.body, {p: bodies[p]})
+        except IndexError_:
+            out.append(p)
+    return out
 
 
 def _with_body(n: Node, body: Value) -> Node:

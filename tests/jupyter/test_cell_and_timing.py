@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ast
 
+import pytest
 import torch
 
 from compiler.records import CompiledReport, EntryRecord, FunctionRecord, KernelRecord
 from jupyter_compile.cell import HOOK_NAME, RebindDefinitions
 from jupyter_compile.targets import TimingInputs
-from jupyter_compile.timing import bandwidth_gbs, kernel_times, run_timing
+from jupyter_compile.timing import bandwidth_gbs, device_of, kernel_times, measure, run_timing
 from tests.jupyter.fixtures import first_graph, graph_record
 
 CELL = """\
@@ -71,3 +72,12 @@ def test_run_timing_stores_kernel_times_on_the_records() -> None:
     assert [m.label for m in result.measurements] == ["eager", "compiled"]
     kernel = report.kernels[0]
     assert kernel.measured_ms is not None and bandwidth_gbs(kernel) > 0
+
+
+@pytest.mark.gpu
+def test_measure_uses_cuda_events_on_the_gpu() -> None:
+    x = torch.randn(1 << 20, device="cuda")
+    inputs = TimingInputs(torch.sin, torch.sin, torch.sin, (x,), {})
+    assert device_of(inputs) == "cuda"
+    m = measure(torch.sin, (x,), {}, "cuda", "eager", budget_s=0.05)
+    assert m.error is None and len(m.samples_ms) >= 5 and 0 < m.median_ms < 100

@@ -2,11 +2,12 @@
 
     .venv/bin/python benchmarks/cpu.py [--workloads sincos,resnet18,densenet121] [--repeat N]
 
-Every (workload, runner) pair runs in a fresh subprocess with its own empty cache directory,
-so the first call measures an honest cold compile (no in-memory or on-disk caches shared
-with an earlier measurement); the same subprocess then times the steady state: the median
-of `--repeat` calls after warm-up, under `torch.no_grad()`. torch.compile is used here only,
-as the anchor we measure against.
+Cold compile: each compiler's first call in a fresh subprocess with its own empty cache
+directories (no in-memory or on-disk cache shared with any earlier measurement), minus one
+steady-state call. Steady state: one more fresh process builds eager, ours and torch.compile
+and times their calls interleaved round-robin (so load from other jobs on a shared machine
+hits every column alike); medians of `--repeat` calls after warm-up, under `torch.no_grad()`.
+torch.compile is used here only, as the anchor we measure against.
 """
 
 from __future__ import annotations
@@ -75,38 +76,58 @@ def compile_ours(fn):
     return run, "symbolic_trace+compile_fx"
 
 
-def worker(workload: str, runner: str, repeat: int) -> dict:
+def _build(workload: str, runner: str):
     fn, inputs = make_workload(workload)
-    path = "eager"
+    if runner == "ours":
+        fn, path = compile_ours(fn)
+    elif runner == "torch.compile":
+        fn, path = torch.compile(fn), "torch.compile"
+    else:
+        path = "eager"
+    return fn, inputs, path
+
+
+def cold_worker(workload: str, runner: str) -> dict:
+    """First call of a fresh process (compile included) minus one steady call."""
     with torch.no_grad():
-        if runner == "ours":
-            fn, path = compile_ours(fn)
-        elif runner == "torch.compile":
-            fn, path = torch.compile(fn), "torch.compile"
+        fn, inputs, path = _build(workload, runner)
         start = time.perf_counter()
-        first_out = fn(*inputs)
+        fn(*inputs)
         first = time.perf_counter() - start
-        for _ in range(2):
-            fn(*inputs)
-        times = []
-        for _ in range(repeat):
+        steady = []
+        for _ in range(3):
             start = time.perf_counter()
             fn(*inputs)
-            times.append(time.perf_counter() - start)
-        ref_fn, _ = make_workload(workload)
-        ref = ref_fn(*inputs)
-    err = (first_out - ref).abs().max().item()
-    median = statistics.median(times)
-    return {
-        "median_ms": median * 1e3,
-        "min_ms": min(times) * 1e3,
-        "compile_s": max(first - median, 0.0) if runner != "eager" else None,
-        "max_abs_err": err,
-        "path": path,
-    }
+            steady.append(time.perf_counter() - start)
+    return {"compile_s": max(first - min(steady), 0.0), "path": path}
 
 
-def run_isolated(workload: str, runner: str, repeat: int) -> dict:
+def steady_worker(workload: str, repeat: int) -> dict:
+    """All runners in one process, their calls interleaved round-robin, so a change in
+    machine load (other jobs on a shared 2-core machine) hits every column alike."""
+    results: dict = {}
+    with torch.no_grad():
+        built = {r: _build(workload, r) for r in RUNNERS}
+        ref = None
+        for r, (fn, inputs, path) in built.items():
+            out = fn(*inputs)
+            for _ in range(2):
+                fn(*inputs)
+            ref = out if ref is None else ref
+            results[r] = {"times": [], "path": path, "max_abs_err": (out - ref).abs().max().item()}
+        for _ in range(repeat):
+            for r, (fn, inputs, _) in built.items():
+                start = time.perf_counter()
+                fn(*inputs)
+                results[r]["times"].append(time.perf_counter() - start)
+    for res in results.values():
+        times = res.pop("times")
+        res["median_ms"] = statistics.median(times) * 1e3
+        res["min_ms"] = min(times) * 1e3
+    return results
+
+
+def run_isolated(args: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache:
         env = dict(os.environ)
         env.update(
@@ -115,7 +136,7 @@ def run_isolated(workload: str, runner: str, repeat: int) -> dict:
             TRITON_CACHE_DIR=str(Path(cache) / "triton"),
             PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
         )
-        cmd = [sys.executable, __file__, "--worker", workload, runner, "--repeat", str(repeat)]
+        cmd = [sys.executable, __file__, *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -133,10 +154,14 @@ def main() -> None:
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "RUNNER"), help=argparse.SUPPRESS)
+    parser.add_argument("--cold", nargs=2, metavar=("WORKLOAD", "RUNNER"), help=argparse.SUPPRESS)
+    parser.add_argument("--steady", metavar="WORKLOAD", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(worker(*args.worker, args.repeat)))
+    if args.cold:
+        print(json.dumps(cold_worker(*args.cold)))
+        return
+    if args.steady:
+        print(json.dumps(steady_worker(args.steady, args.repeat)))
         return
 
     cpu = next(
@@ -152,16 +177,22 @@ def main() -> None:
         f"Python {platform.python_version()}, torch {torch.__version__}"
     )
     print(
-        f"# medians of {args.repeat} calls after warm-up; cold compile = first call - median,"
-        " each in a fresh process with empty caches"
+        f"# medians of {args.repeat} interleaved calls after warm-up; cold compile = first call"
+        " minus a steady call, each compiler in a fresh process with empty caches"
     )
     rows = []
     for workload in args.workloads.split(","):
-        results = {r: run_isolated(workload, r, args.repeat) for r in RUNNERS}
+        results = run_isolated(["--steady", workload, "--repeat", str(args.repeat)])
+        if "error" in results:
+            print(f"# {workload}: steady-state run failed: {results['error']}")
+            results = {r: {} for r in RUNNERS}
+        for r in ("ours", "torch.compile"):
+            cold = run_isolated(["--cold", workload, r])
+            if "error" in cold:
+                print(f"# {workload} / {r}: cold compile failed: {cold['error']}")
+            results[r].update(cold)
         rows.append((workload, results))
-        for r, res in results.items():
-            if "error" in res:
-                print(f"# {workload} / {r}: failed: {res['error']}")
+        print(f"# {workload}: {json.dumps(results)}", flush=True)
 
     header = (
         "| workload | eager ms | ours ms | torch.compile ms | ours speedup | torch.compile speedup "

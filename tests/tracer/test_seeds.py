@@ -272,3 +272,33 @@ def test_export_function_without_break():
     gm, _ = compiler.export(foo, torch.randn(10, 10), torch.randn(10, 10))
     x, y = torch.randn(10, 10), torch.randn(10, 10)
     assert_same(foo(x, y), _single(gm(x, y)))
+
+
+# ---- seed 002's spelling: dynamo.optimize(backend, nopython=...) -------------------------
+
+
+def test_optimize_spelling_002():
+    opt_foo1 = compiler.optimize("inductor")(foo_002)
+    x, y = torch.randn(10, 10), torch.randn(10, 10)
+    assert torch.allclose(opt_foo1(x, y), foo_002(x, y), atol=1e-6)
+
+    @compiler.optimize("eager")
+    def opt_foo2(x, y):
+        a = torch.sin(x)
+        b = torch.cos(x)
+        return a + b
+
+    assert torch.allclose(opt_foo2(x, y), foo_002(x, y), atol=1e-6)
+
+
+def test_optimize_custom_backend_and_nopython_002():
+    backend = RecordingBackend()
+    opt_bar = compiler.optimize(backend)(bar)
+    inp1, inp2 = torch.randn(10), torch.randn(10)
+    assert_same(bar(inp1, inp2), opt_bar(inp1, inp2))
+    assert_same(bar(inp1, -inp2), opt_bar(inp1, -inp2))
+    assert backend.count == 3
+    strict_bar = compiler.optimize("eager", nopython=True)(bar)
+    with pytest.raises(Exception) as info:
+        strict_bar(torch.randn(10), torch.randn(10))
+    assert "b.sum() < 0" in str(info.value), str(info.value)

@@ -141,6 +141,19 @@ def unsqueeze(ctx: LoweringContext, node, x: TensorValue, dim: int) -> TensorVal
     return view_of(ctx, node, x, lambda idx: idx[:dim] + idx[dim + 1 :])
 
 
+@register_lowering(aten.as_strided, aten.as_strided_)
+def as_strided(ctx: LoweringContext, node, x: TensorValue, size, stride, storage_offset=None) -> TensorValue:
+    """Only the restride decompositions emit (same values, strides differing in size-1
+    dims); a real reinterpretation of memory runs as an extern call."""
+    src = node.args[0].meta["val"]
+    same = tuple(size) == x.size and not storage_offset and all(
+        n == 1 or a == b for n, a, b in zip(size, stride, src.stride())
+    )
+    if not same:
+        return NotImplemented
+    return x
+
+
 @register_lowering(torch.ops.prims.broadcast_in_dim)
 def broadcast_in_dim(ctx: LoweringContext, node, x: TensorValue, shape, broadcast_dimensions) -> TensorValue:
     out_size = tuple(ctx.meta().shape)

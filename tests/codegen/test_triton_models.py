@@ -1,0 +1,99 @@
+"""Model-sized graphs through the whole pipeline: a residual CNN block, a dense block (cat),
+and a tiny BERT encoder, all in eval mode."""
+
+import pytest
+import torch
+from torch import nn
+
+from tests.codegen.helpers import check, rand, triton_kernels
+
+
+@pytest.fixture(autouse=True)
+def triton_on_cpu(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    monkeypatch.setenv("COMPILER_STRICT", "1")
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _randomize_bn(model: nn.Module) -> nn.Module:
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+            m.weight.data.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+        self.fc = nn.Linear(c, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + x)
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def test_resnet_block():
+    model = _randomize_bn(ResBlock())
+    with torch.no_grad():
+        record = check(model, rand(2, 3, 16, 16), atol=1e-4, rtol=1e-4)
+    externs = [k.name for k in record.kernels if k.language == "extern"]
+    assert len(externs) == 4  # three convolutions and the linear layer
+    assert len(triton_kernels(record)) <= 4
+    assert not [n for n in record.notes if "extern call" in n]
+
+
+def test_resnet_block_channels_last():
+    model = _randomize_bn(ResBlock()).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        check(model, rand(2, 3, 16, 16).to(memory_format=torch.channels_last), atol=1e-4, rtol=1e-4)
+
+
+class DenseLayer(nn.Module):
+    def __init__(self, c: int = 4, growth: int = 4):
+        super().__init__()
+        self.norm, self.conv = nn.BatchNorm2d(c), nn.Conv2d(c, growth, 3, 1, 1, bias=False)
+        self.norm2, self.conv2 = nn.BatchNorm2d(c + growth), nn.Conv2d(c + growth, growth, 1, bias=False)
+
+    def forward(self, x):
+        y = self.conv(torch.relu(self.norm(x)))
+        z = torch.cat([x, y], 1)
+        z2 = self.conv2(torch.relu(self.norm2(z)))
+        return nn.functional.avg_pool2d(torch.cat([z, z2], 1), 2)
+
+
+def test_dense_block_with_cat():
+    with torch.no_grad():
+        check(_randomize_bn(DenseLayer()), rand(2, 4, 8, 8), atol=1e-4, rtol=1e-4)
+
+
+def test_torchvision_resnet18_tiny_input():
+    torchvision = pytest.importorskip("torchvision")
+    model = _randomize_bn(torchvision.models.resnet18(num_classes=10))
+    with torch.no_grad():
+        check(model, rand(1, 3, 32, 32), atol=1e-3, rtol=1e-3, interpreter=False)
+
+
+def test_tiny_bert_layer():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, vocab_size=50, max_position_embeddings=16,
+                                     attn_implementation="eager")
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 50, (2, 8))
+
+    def fn(ids):  # (transformers builds an attention mask with data-dependent checks)
+        out = model(input_ids=ids)
+        return (out.last_hidden_state, out.pooler_output)
+
+    with torch.no_grad():
+        gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(ids)
+        record = check(gm, ids, atol=1e-4, rtol=1e-4)
+    assert not [n for n in record.notes if "extern call" in n], record.notes
+    assert any("layer_norm" in k.name or "rsqrt" in k.name for k in triton_kernels(record))

@@ -206,10 +206,21 @@ def _lines(sched: Schedule, origins: Sequence[str]) -> list:
     return out
 
 
+def _mutable(out: Any) -> Any:
+    """FX keeps output containers as immutable_list/dict; the user's code returned plain ones."""
+    if isinstance(out, tuple):
+        return tuple(_mutable(o) for o in out)
+    if isinstance(out, list):
+        return [_mutable(o) for o in out]
+    if isinstance(out, dict):
+        return {k: _mutable(v) for k, v in out.items()}
+    return out
+
+
 def _runner(call: Callable, aot: AotGraph, mode: str | None, device: torch.device) -> Callable:
     """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output structure`."""
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
-    _, spec = tree_flatten(output.args[0])
+    _, spec = tree_flatten(_mutable(output.args[0]))
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 

@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch._dynamo  # the anchor's cache, reset between runners
@@ -85,7 +85,7 @@ def time_per_call(fn: Callable, args: tuple, device: str, calls: int, batches: i
 
 def measure(device: str, calls: int, batches: int) -> list[tuple[str, dict[str, str]]]:
     rows = []
-    for name, (fn, n_args, label) in FUNCTIONS.items():
+    for fn, n_args, label in FUNCTIONS.values():
         torch.manual_seed(0)
         args = tuple(torch.randn(10, device=device) for _ in range(n_args))
         cells: dict[str, str] = {}
@@ -112,19 +112,28 @@ def main() -> None:
     devices = [d for d in devices if d == "cpu" or torch.cuda.is_available()]
     torch.set_num_threads(1)  # overhead, not parallel speed: keep thread pools out of it
 
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip() or "-"
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "-"
+    )
     command = "`" + " ".join(["python benchmarks/overhead.py", *sys.argv[1:]]) + "`"
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name() if 'cuda' in devices else 'cpu only'}; "
-          f"median over {opts.batches} batches of {opts.calls} calls, 1 thread\n")
+    print(
+        f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+        f"{torch.cuda.get_device_name() if 'cuda' in devices else 'cpu only'}; "
+        f"median over {opts.batches} batches of {opts.calls} calls, 1 thread\n"
+    )
     columns = list(runners(add_one))
     print("| function | " + " | ".join(f"{c} (µs)" for c in columns) + " | command | commit |")
     print("| --- " * (len(columns) + 3) + "|")
     for device in devices:
         for label, cells in measure(device, opts.calls, opts.batches):
-            print(f"| {label} | " + " | ".join(cells[c] for c in columns) + f" | {command} | {commit} |")
+            print(
+                f"| {label} | "
+                + " | ".join(cells[c] for c in columns)
+                + f" | {command} | {commit} |"
+            )
 
 
 if __name__ == "__main__":

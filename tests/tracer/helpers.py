@@ -58,7 +58,9 @@ class RecordingBackend:
 # ---- input factories --------------------------------------------------------------------
 
 
-def T(*shape: int, dtype: torch.dtype = torch.float32, grad: bool = False) -> Callable[[], torch.Tensor]:
+def T(
+    *shape: int, dtype: torch.dtype = torch.float32, grad: bool = False
+) -> Callable[[], torch.Tensor]:
     """Fresh standard-normal tensor (or a [0, 10) int / random bool tensor for those dtypes)."""
 
     def make() -> torch.Tensor:
@@ -130,8 +132,12 @@ def assert_same(expected: Any, actual: Any, path: str = "out", **tol: Any) -> No
     keys, tensors close with the same dtype, shape, device and requires_grad, Python values
     equal and of the same type."""
     if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, torch.Tensor), f"{path}: expected a tensor, got {type(actual).__name__}"
-        torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{path}: {m}", **tol)
+        assert isinstance(actual, torch.Tensor), (
+            f"{path}: expected a tensor, got {type(actual).__name__}"
+        )
+        torch.testing.assert_close(
+            actual, expected, equal_nan=True, msg=lambda m: f"{path}: {m}", **tol
+        )
         assert actual.requires_grad == expected.requires_grad, (
             f"{path}: requires_grad {actual.requires_grad}, eager has {expected.requires_grad}"
         )
@@ -145,11 +151,15 @@ def assert_same(expected: Any, actual: Any, path: str = "out", **tol: Any) -> No
         f"{path}: type {type(actual).__name__}, eager has {type(expected).__name__} ({expected!r})"
     )
     if isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), f"{path}: length {len(actual)}, eager has {len(expected)}"
+        assert len(actual) == len(expected), (
+            f"{path}: length {len(actual)}, eager has {len(expected)}"
+        )
         for i, (e, a) in enumerate(zip(expected, actual)):
             assert_same(e, a, f"{path}[{i}]", **tol)
     elif isinstance(expected, Mapping):
-        assert list(actual.keys()) == list(expected.keys()), f"{path}: keys {list(actual)} vs {list(expected)}"
+        assert list(actual.keys()) == list(expected.keys()), (
+            f"{path}: keys {list(actual)} vs {list(expected)}"
+        )
         for k in expected:
             assert_same(expected[k], actual[k], f"{path}[{k!r}]", **tol)
     elif isinstance(expected, float) and expected != expected:
@@ -192,7 +202,9 @@ def assert_same_aliasing(e_args: Any, e_out: Any, c_args: Any, c_out: Any) -> No
             )
 
 
-def run(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, BaseException | None]:
+def run(
+    fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[Any, BaseException | None]:
     try:
         return fn(*args, **kwargs), None
     except Exception as e:  # compared with the compiled side below
@@ -202,13 +214,20 @@ def run(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[A
 def assert_same_exception(expected: BaseException | None, actual: BaseException | None) -> None:
     if expected is None:
         if actual is not None:
-            raise AssertionError(f"compiled raised {type(actual).__name__}: {actual}; eager did not") from actual
+            raise AssertionError(
+                f"compiled raised {type(actual).__name__}: {actual}; eager did not"
+            ) from actual
         return
-    assert actual is not None, f"eager raised {type(expected).__name__}: {expected}; compiled returned"
-    assert type(actual) is type(expected), (
-        f"compiled raised {type(actual).__name__}: {actual}\neager raised {type(expected).__name__}: {expected}"
+    assert actual is not None, (
+        f"eager raised {type(expected).__name__}: {expected}; compiled returned"
     )
-    assert str(actual) == str(expected), f"message differs:\ncompiled: {actual}\neager:    {expected}"
+    assert type(actual) is type(expected), (
+        f"compiled raised {type(actual).__name__}: {actual}\n"
+        f"eager raised {type(expected).__name__}: {expected}"
+    )
+    assert str(actual) == str(expected), (
+        f"message differs:\ncompiled: {actual}\neager:    {expected}"
+    )
 
 
 def _matches(expected: int | Container[int] | None, got: int) -> bool:
@@ -264,7 +283,8 @@ def check(
             )
         elif not recompiles:
             assert backend.count == after_first, (
-                f"{where} with fresh inputs of the same kind compiled {backend.count - after_first} "
+                f"{where} with fresh inputs of the same kind compiled "
+                f"{backend.count - after_first} "
                 "more graph(s): the first call's entries should have been reused"
             )
     if graphs is not None or breaks is not None:
@@ -283,7 +303,9 @@ def assert_explain(
     compiler.reset()
     out = compiler.explain(fn)(*make(list(arg_factories)), **make(dict(kwargs or {})))
     reasons = "\n".join(f"  break: {r.reason} at {r.user_stack[-1:]}" for r in out.break_reasons)
-    assert _matches(graphs, out.graph_count), f"explain: graph_count {out.graph_count}, expected {graphs}\n{reasons}"
+    assert _matches(graphs, out.graph_count), (
+        f"explain: graph_count {out.graph_count}, expected {graphs}\n{reasons}"
+    )
     assert _matches(breaks, out.graph_break_count), (
         f"explain: graph_break_count {out.graph_break_count}, expected {breaks}\n{reasons}"
     )
@@ -291,7 +313,9 @@ def assert_explain(
     return out
 
 
-def _check_backward(e_out: Any, c_out: Any, e_args: Any, c_args: Any, where: str, **tol: Any) -> None:
+def _check_backward(
+    e_out: Any, c_out: Any, e_args: Any, c_args: Any, where: str, **tol: Any
+) -> None:
     e_ts = [v for _, v in _leaves(e_out) if isinstance(v, torch.Tensor) and v.requires_grad]
     c_ts = [v for _, v in _leaves(c_out) if isinstance(v, torch.Tensor) and v.requires_grad]
     assert e_ts, "backward=True needs an output that requires grad"
@@ -304,7 +328,9 @@ def _check_backward(e_out: Any, c_out: Any, e_args: Any, c_args: Any, where: str
             assert c.grad is None, f"{where}: input {i} got a grad in compiled only"
         else:
             assert c.grad is not None, f"{where}: input {i} has no grad in compiled"
-            torch.testing.assert_close(c.grad, e.grad, msg=lambda m, i=i: f"{where}: grad of input {i}: {m}", **tol)
+            torch.testing.assert_close(
+                c.grad, e.grad, msg=lambda m, i=i: f"{where}: grad of input {i}: {m}", **tol
+            )
 
 
 def check_module(
@@ -339,14 +365,25 @@ def check_module(
         assert_same(e_args, c_args, f"{where}: args after the call", **tol)
         assert_same(eager_mod.state_dict(), comp_mod.state_dict(), f"{where}: module state", **tol)
         if backward:
-            _check_backward(e_out, c_out, list(eager_mod.parameters()), list(comp_mod.parameters()), where, **tol)
+            _check_backward(
+                e_out,
+                c_out,
+                list(eager_mod.parameters()),
+                list(comp_mod.parameters()),
+                where,
+                **tol,
+            )
             eager_mod.zero_grad()
             comp_mod.zero_grad()
         if call == 0:
             after_first = backend.count
-            assert _matches(graphs, after_first), f"{after_first} graphs on the first call, expected {graphs}"
+            assert _matches(graphs, after_first), (
+                f"{after_first} graphs on the first call, expected {graphs}"
+            )
         else:
-            assert backend.count == after_first, f"{where} recompiled: {backend.count - after_first} more graph(s)"
+            assert backend.count == after_first, (
+                f"{where} recompiled: {backend.count - after_first} more graph(s)"
+            )
     if graphs is not None or breaks is not None:
         assert_explain(fresh, arg_factories, graphs=graphs, breaks=breaks)
     return backend
@@ -355,11 +392,11 @@ def check_module(
 class Cases(list):
     """The differential cases of one test module; the module parametrises one test over it.
 
-        case = Cases()
+    case = Cases()
 
-        @case(T(3), graphs=1, breaks=0)
-        def add_one(x):
-            return x + 1
+    @case(T(3), graphs=1, breaks=0)
+    def add_one(x):
+        return x + 1
     """
 
     def __call__(self, *arg_factories: Any, **expect: Any) -> Callable[[Callable], Callable]:

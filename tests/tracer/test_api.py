@@ -151,7 +151,9 @@ def test_compiled_module_deepcopy_and_parameters_for_optimizer():
     before = mod.lin.weight.detach().clone()
     cmod(torch.randn(2, 6)).sum().backward()
     opt.step()
-    assert not torch.equal(mod.lin.weight, before), "the optimizer updates the original's parameters"
+    assert not torch.equal(mod.lin.weight, before), (
+        "the optimizer updates the original's parameters"
+    )
     copy.deepcopy(cmod)
 
 

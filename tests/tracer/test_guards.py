@@ -11,7 +11,7 @@ from torch import nn
 
 import compiler
 
-from .helpers import RecordingBackend, assert_same, clone, run, assert_same_exception
+from .helpers import RecordingBackend, assert_same, assert_same_exception, clone, run
 
 
 def call_both(fn, compiled, *args, **kwargs):
@@ -282,7 +282,7 @@ def test_changed_closure_cell():
 
     cf, _ = compiled_with_recorder(f)
     call_both(f, cf, torch.randn(3))
-    k = 7  # noqa: F841 (read by f through its cell)
+    k = 7
     call_both(f, cf, torch.randn(3))
 
 

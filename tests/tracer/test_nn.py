@@ -114,7 +114,9 @@ class MLP(nn.Module):
 class NestedContainers(nn.Module):
     def __init__(self):
         super().__init__()
-        self.seq = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
+        self.seq = nn.Sequential(
+            nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        )
         self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
         self.heads = nn.ModuleDict({"a": nn.Linear(8, 2), "b": nn.Linear(8, 3)})
 
@@ -229,19 +231,55 @@ class RecurrentLoop(nn.Module):
 
 MODULE_CASES = [
     pytest.param(MLP, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="mlp"),
-    pytest.param(NestedContainers, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="nested_sequential_modulelist_moduledict"),
-    pytest.param(WithBufferAndParameter, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="buffer_and_parameter"),
-    pytest.param(TrainingFlag, [T(3, 8)], {"graphs": 1, "breaks": 0, "train": True}, id="training_flag_train"),
-    pytest.param(TrainingFlag, [T(3, 8)], {"graphs": 1, "breaks": 0, "train": False}, id="training_flag_eval"),
-    pytest.param(ConvBN, [T(2, 3, 6, 6)], {"graphs": 1, "breaks": 0, "train": True}, id="batchnorm_train_updates_running_stats"),
-    pytest.param(ConvBN, [T(2, 3, 6, 6)], {"graphs": 1, "breaks": 0, "train": False}, id="batchnorm_eval"),
-    pytest.param(HelperMethod, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="helper_method_and_python_attribute"),
-    pytest.param(SubmoduleCalledTwice, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="submodule_called_twice"),
-    pytest.param(TransformerBlock, [T(2, 5, 8)], {"graphs": 1, "breaks": 0, "train": False}, id="transformer_block"),
+    pytest.param(
+        NestedContainers,
+        [T(3, 8)],
+        {"graphs": 1, "breaks": 0},
+        id="nested_sequential_modulelist_moduledict",
+    ),
+    pytest.param(
+        WithBufferAndParameter, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="buffer_and_parameter"
+    ),
+    pytest.param(
+        TrainingFlag, [T(3, 8)], {"graphs": 1, "breaks": 0, "train": True}, id="training_flag_train"
+    ),
+    pytest.param(
+        TrainingFlag, [T(3, 8)], {"graphs": 1, "breaks": 0, "train": False}, id="training_flag_eval"
+    ),
+    pytest.param(
+        ConvBN,
+        [T(2, 3, 6, 6)],
+        {"graphs": 1, "breaks": 0, "train": True},
+        id="batchnorm_train_updates_running_stats",
+    ),
+    pytest.param(
+        ConvBN, [T(2, 3, 6, 6)], {"graphs": 1, "breaks": 0, "train": False}, id="batchnorm_eval"
+    ),
+    pytest.param(
+        HelperMethod, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="helper_method_and_python_attribute"
+    ),
+    pytest.param(
+        SubmoduleCalledTwice, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="submodule_called_twice"
+    ),
+    pytest.param(
+        TransformerBlock,
+        [T(2, 5, 8)],
+        {"graphs": 1, "breaks": 0, "train": False},
+        id="transformer_block",
+    ),
     pytest.param(ParameterList, [T(3, 8)], {"graphs": 1, "breaks": 0}, id="parameter_list"),
-    pytest.param(RecurrentLoop, [T(5, 2, 4)], {"graphs": 1, "breaks": 0}, id="recurrent_loop_over_shape"),
-    pytest.param(MLP, [T(3, 8)], {"graphs": 1, "breaks": 0, "backward": True}, id="mlp_backward_grads"),
-    pytest.param(ConvBN, [T(2, 3, 6, 6)], {"graphs": 1, "breaks": 0, "train": True, "backward": True}, id="conv_bn_backward_grads"),
+    pytest.param(
+        RecurrentLoop, [T(5, 2, 4)], {"graphs": 1, "breaks": 0}, id="recurrent_loop_over_shape"
+    ),
+    pytest.param(
+        MLP, [T(3, 8)], {"graphs": 1, "breaks": 0, "backward": True}, id="mlp_backward_grads"
+    ),
+    pytest.param(
+        ConvBN,
+        [T(2, 3, 6, 6)],
+        {"graphs": 1, "breaks": 0, "train": True, "backward": True},
+        id="conv_bn_backward_grads",
+    ),
 ]
 
 

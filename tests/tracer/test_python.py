@@ -48,7 +48,7 @@ def defaults_and_keyword_only(x):
 
 @case(T(4), T(4), graphs=1, breaks=0)
 def star_args_and_kwargs(x, y):
-    return _varargs(x, y, a=x * 2, b=y), _varargs(*[x, y]), _varargs(**{"q": x, "r": y})
+    return _varargs(x, y, a=x * 2, b=y), _varargs(*[x, y]), _varargs(q=x, r=y)
 
 
 @case(T(4), graphs=1, breaks=0)
@@ -431,7 +431,7 @@ def string_argument_dispatch(x, act):
 @case(T(3), graphs=1, breaks=0)
 def string_methods(x):
     parts = "a,b,c".split(",")
-    return x * len(parts), "-".join(parts), "abc".startswith("a"), "{}!".format(len(parts))
+    return x * len(parts), "-".join(parts), "abc".startswith("a"), f"{len(parts)}!"
 
 
 # ---- math on Python numbers -----------------------------------------------------------
@@ -554,8 +554,9 @@ def generator_consumed(x):
     return list(gen())
 
 
-# A class statement inside the function may break (TorchDynamo breaks there too).
-@case(T(3), graphs=None, breaks=None)
+# A class statement inside the function may break, and the class is a new object on every
+# call, so a guard on it may recompile (TorchDynamo does both).
+@case(T(3), graphs=None, breaks=None, recompiles=True)
 def class_defined_in_function(x):
     class Local:
         scale = 3
@@ -566,7 +567,8 @@ def class_defined_in_function(x):
 @case(T(3), graphs=1, breaks=0)
 def star_call_and_dict_merge(x):
     args = (x, 2.0)
-    opts = {**{"shift": 1.0}, **{"shift": 0.5}}
+    base = {"shift": 1.0}
+    opts = {**base, "shift": 0.5}
     return _scaled(*args, **opts)
 
 

@@ -10,7 +10,7 @@ import torchvision
 
 import compiler
 
-from .helpers import RecordingBackend, assert_explain, assert_same, check, neg, pos, T
+from .helpers import RecordingBackend, T, assert_explain, assert_same, check, neg, pos
 
 # ---- foo / opt_foo2 / MyModule ----------------------------------------------------------
 
@@ -150,7 +150,13 @@ def test_resnet18_train_mode_updates_batchnorm_stats():
     opt_model = compiler.compile(comp_model, backend="eager", fullgraph=True)
     x = torch.randn(2, 3, 64, 64)
     assert_same(model(x), opt_model(x.clone()), atol=1e-4, rtol=1e-4)
-    assert_same(model.state_dict(), comp_model.state_dict(), "state after a train step", atol=1e-5, rtol=1e-5)
+    assert_same(
+        model.state_dict(),
+        comp_model.state_dict(),
+        "state after a train step",
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_train_step_with_custom_backend():
@@ -172,8 +178,16 @@ def test_train_step_with_custom_backend():
     train_opt = compiler.compile(train, backend=RecordingBackend())
     for _ in range(2):
         data = (torch.randn(4, 100), torch.randint(10, (4,)))
-        assert_same(train(model, opt, data).detach(), train_opt(comp_model, comp_opt, data).detach())
-        assert_same(model.state_dict(), comp_model.state_dict(), "weights after the step", atol=1e-6, rtol=1e-5)
+        assert_same(
+            train(model, opt, data).detach(), train_opt(comp_model, comp_opt, data).detach()
+        )
+        assert_same(
+            model.state_dict(),
+            comp_model.state_dict(),
+            "weights after the step",
+            atol=1e-6,
+            rtol=1e-5,
+        )
 
 
 # ---- bar: custom backend, explain, fullgraph, export --------------------------------------
@@ -230,7 +244,9 @@ def test_explain_bar_two_graphs_one_break():
     assert "if b.sum() < 0:" in reason.user_stack[-1].text
     assert reason.user_stack[-1].lineno == bar.__code__.co_firstlineno + 2
     text = str(explain_output)
-    assert "Graph Count: 2" in text or "graph count: 2" in text.lower() or "2 graphs" in text.lower(), text
+    assert (
+        "Graph Count: 2" in text or "graph count: 2" in text.lower() or "2 graphs" in text.lower()
+    ), text
     assert "b.sum() < 0" in text or str(reason.user_stack[-1].lineno) in text, text
 
 

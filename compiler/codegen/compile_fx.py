@@ -37,9 +37,12 @@ AUTOGRAD_NOTE = "training graphs run eagerly until compiler/aot joint graphs lan
 _warned: set[str] = set()
 
 
-def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | None = None) -> Callable:
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | None = None,
+               options: dict | None = None) -> Callable:
     """Compile `gm` for inputs like `example_inputs`; returns a callable taking the same
-    positional tensors and returning what `gm` returns."""
+    positional tensors and returning what `gm` returns. `mode`: None/"default",
+    "reduce-overhead" (CUDA graphs) or "max-autotune"; `options` is accepted for the API's
+    sake and has no keys yet."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
         if record is not None:

@@ -3,6 +3,7 @@ eager and with the loop-IR reference interpreter. benchmarks/codegen_gpu.py reus
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
 
 import torch
@@ -62,11 +63,15 @@ def check(fn: Callable | torch.nn.Module, *inputs: Any, atol: float | None = Non
     return record
 
 
+# benchmarks/codegen_gpu.py runs these tests with CODEGEN_TEST_DEVICE=cuda: real Triton.
+DEVICE = os.environ.get("CODEGEN_TEST_DEVICE", "cpu")
+
+
 def triton_kernels(record: GraphRecord) -> list:
     return [k for k in record.kernels if k.language == "triton"]
 
 
-def rand(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
+def rand(*shape: int, dtype: torch.dtype = torch.float32, device: str = DEVICE) -> torch.Tensor:
     if dtype == torch.bool:
         return torch.rand(shape, device=device) > 0.5
     if not dtype.is_floating_point:

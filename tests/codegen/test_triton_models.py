@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.codegen.helpers import check, rand, triton_kernels
+from tests.codegen.helpers import DEVICE, check, rand, triton_kernels
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ class ResBlock(nn.Module):
 
 
 def test_resnet_block():
-    model = _randomize_bn(ResBlock())
+    model = _randomize_bn(ResBlock()).to(DEVICE)
     with torch.no_grad():
         record = check(model, rand(2, 3, 16, 16), atol=1e-4, rtol=1e-4)
     externs = [k.name for k in record.kernels if k.language == "extern"]
@@ -50,7 +50,7 @@ def test_resnet_block():
 
 
 def test_resnet_block_channels_last():
-    model = _randomize_bn(ResBlock()).to(memory_format=torch.channels_last)
+    model = _randomize_bn(ResBlock()).to(DEVICE, memory_format=torch.channels_last)
     with torch.no_grad():
         check(model, rand(2, 3, 16, 16).to(memory_format=torch.channels_last), atol=1e-4, rtol=1e-4)
 
@@ -70,12 +70,12 @@ class DenseLayer(nn.Module):
 
 def test_dense_block_with_cat():
     with torch.no_grad():
-        check(_randomize_bn(DenseLayer()), rand(2, 4, 8, 8), atol=1e-4, rtol=1e-4)
+        check(_randomize_bn(DenseLayer()).to(DEVICE), rand(2, 4, 8, 8), atol=1e-4, rtol=1e-4)
 
 
 def test_torchvision_resnet18_tiny_input():
     torchvision = pytest.importorskip("torchvision")
-    model = _randomize_bn(torchvision.models.resnet18(num_classes=10))
+    model = _randomize_bn(torchvision.models.resnet18(num_classes=10)).to(DEVICE)
     with torch.no_grad():
         check(model, rand(1, 3, 32, 32), atol=1e-3, rtol=1e-3, interpreter=False)
 
@@ -85,8 +85,8 @@ def test_tiny_bert_layer():
     config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=64, vocab_size=50, max_position_embeddings=16,
                                      attn_implementation="eager")
-    model = transformers.BertModel(config).eval()
-    ids = torch.randint(0, 50, (2, 8))
+    model = transformers.BertModel(config).eval().to(DEVICE)
+    ids = torch.randint(0, 50, (2, 8), device=DEVICE)
 
     def fn(ids):  # (transformers builds an attention mask with data-dependent checks)
         out = model(input_ids=ids)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.codegen.helpers import check, compile_and_run, rand, triton_kernels
+from tests.codegen.helpers import DEVICE, check, compile_and_run, rand, triton_kernels
 
 
 @pytest.fixture(autouse=True)
@@ -66,8 +66,8 @@ def test_dtypes(dtype):
 
 
 def test_integer_division_semantics():
-    a = torch.tensor([-7, -6, 7, 6, 0, 5], dtype=torch.int64)
-    b = torch.tensor([2, -4, -3, 4, 3, -5], dtype=torch.int64)
+    a = torch.tensor([-7, -6, 7, 6, 0, 5], dtype=torch.int64, device=DEVICE)
+    b = torch.tensor([2, -4, -3, 4, 3, -5], dtype=torch.int64, device=DEVICE)
     check(lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
                         torch.remainder(a, b), torch.fmod(a, b), a // b), a, b)
 

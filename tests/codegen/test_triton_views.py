@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.codegen.helpers import check, rand, triton_kernels
+from tests.codegen.helpers import DEVICE, check, rand, triton_kernels
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def test_split_and_chunk():
 
 def test_gathers():
     table = rand(10, 4)
-    idx = torch.tensor([[1, 0, 9], [3, 3, 2]])
+    idx = torch.tensor([[1, 0, 9], [3, 3, 2]], device=DEVICE)
     check(lambda t, i: (F.embedding(i, t), t[i[0]], torch.gather(t, 1, i.t()[:, :1].expand(3, 4) % 4)), table, idx)
 
 

@@ -204,3 +204,20 @@ def test_an_unknown_mode_is_refused_before_the_cell_runs(shell) -> None:
     out = run(shell, "%%compile --mode fastest\nran = True\n")
     assert "UsageError: bad compile options: unknown mode 'fastest'" in out.stderr
     assert "ran" not in shell.user_ns
+
+
+def test_a_cell_function_calling_another_gets_the_right_answer(shell) -> None:
+    out = run(
+        shell,
+        "%%compile --backend eager --no-inspect\n"
+        "def f(x):\n    return torch.sin(x) * 2\n"
+        "def g(x):\n    return f(x) + 1\n"
+        "x = torch.randn(4)\n"
+        "y = g(x)\n",
+    )
+    assert out.result.success, out.stdout + out.stderr
+    x, y = shell.user_ns["x"], shell.user_ns["y"]
+    assert torch.allclose(y, torch.sin(x) * 2 + 1)
+    assert (
+        shell.user_ns["f"].__jupyter_compile__.calls == 1
+    )  # g's call to f went through f's wrapper

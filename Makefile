@@ -38,8 +38,12 @@ system-deps:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: setup lint
-	JUPYTER_COMPILE_REQUIRE_BROWSER=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+# Lint findings must not hide test results: run both, fail if either failed.
+test: setup
+	@status=0; \
+	$(VENV)/bin/ruff check . || status=1; \
+	JUPYTER_COMPILE_REQUIRE_BROWSER=1 $(VENV)/bin/pytest $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 # Each notebook starts with `%load_ext jupyter_compile` (loading it for every kernel as well
 # would make that line print "already loaded"), so a notebook works the same in make lab,

@@ -88,11 +88,13 @@ def highlight(
 
 @dataclass
 class LineMark:
-    """How one source line is annotated: a background shade and its tooltip, break notes."""
+    """How one source line is annotated: a background shade and its tooltip, break notes,
+    and tags shown at the line's right (the kernels generated from it)."""
 
     shade: str | None = None
     title: str = ""
     notes: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
 
 
 def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) -> str:
@@ -113,12 +115,14 @@ def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) 
             f'<tr class="jc-line" data-line="{lineno}"{title} style="{bg}">'
             f'<td style="{MONO} color: #999; text-align: right; padding: 0 8px; '
             f'user-select: none; {border}">{lineno}</td>'
-            f'<td style="{MONO} white-space: pre; padding: 0 6px;">{line_html or " "}</td></tr>'
+            f'<td style="{MONO} white-space: pre; padding: 0 6px;">{line_html or " "}</td>'
+            f'<td class="jc-tags" style="{MONO} color: #777; font-size: 11px; text-align: right; '
+            f'padding: 0 6px; white-space: nowrap;">{" ".join(esc(t) for t in mark.tags)}</td></tr>'
         )
         for note in mark.notes:
             rows.append(
                 f'<tr class="jc-break"><td style="border-left: 4px solid {BREAK_COLOR};"></td>'
-                f'<td style="{MONO} color: {BREAK_COLOR}; padding: 1px 6px 3px 22px; '
+                f'<td colspan="2" style="{MONO} color: {BREAK_COLOR}; padding: 1px 6px 3px 22px; '
                 'white-space: pre-wrap;">'
                 f"&#9888; graph break: {esc(note)}</td></tr>"
             )

@@ -18,6 +18,7 @@ from jupyter_compile.inspector.common import (
     graph_refs,
     in_function,
     kernel_refs,
+    unique_lines,
 )
 
 
@@ -52,6 +53,11 @@ def line_marks(
                 mark.title = f"graph {ref.index}"
             elif f"graph {ref.index}" not in mark.title.split(", "):
                 mark.title += f", graph {ref.index}"
+    for kref in kernel_refs(report):
+        for line in unique_lines(kref.kernel.source_lines):
+            if in_function(fn, line):
+                mark = marks.setdefault(line.lineno, LineMark())
+                mark.tags = (*mark.tags, f"→ {kref.kernel.name}")
     for brk in [b for f in report.functions for b in f.breaks]:
         found = _break_note(brk, fn)
         if found is None:

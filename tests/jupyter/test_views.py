@@ -70,6 +70,10 @@ def test_overview_shades_graph_lines_and_marks_breaks(inspector: Inspector) -> N
     assert 'class="jc-break"' in static
     assert f"graph break: call to builtin print with {EVIL}" in visible(static)
     assert "recompiles: <b>1</b>" in static
+    # the kernels generated from a line are named at its right, as in Cython's annotate view
+    row = static[static.index(f'data-line="{FIRSTLINE + 1}"') :]
+    row = row[: row.index("</tr>")]
+    assert "→ triton_poi_fused_sin_add_0" in html.unescape(row)
 
 
 def test_user_text_is_escaped_everywhere(inspector: Inspector) -> None:

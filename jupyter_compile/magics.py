@@ -26,7 +26,6 @@ from jupyter_compile.targets import (
     CompileOptions,
     FunctionTarget,
     ModuleClassTarget,
-    Target,
     is_module_class,
 )
 
@@ -56,7 +55,6 @@ class CompileMagics(Magics):
         super().__init__(shell)
         # The latest inspector per name: redefining a function retires the old one's updates.
         self.inspectors: dict[str, Inspector] = {}
-        self.targets: dict[str, Target] = {}
 
     # -- %%compile ------------------------------------------------------------------------------
 
@@ -153,7 +151,6 @@ class CompileMagics(Magics):
         for name, reason in run.skipped:
             message(f"left {name} uncompiled: {reason}", "warning")
         for name, target in run.compiled.items():
-            self.targets[name] = target
             if name in self.inspectors:
                 self.inspectors.pop(name).detach()
             if args.no_inspect:

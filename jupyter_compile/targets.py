@@ -152,7 +152,11 @@ class ModuleClassTarget(Target):
     def __init__(self, name: str, cls: type, options: CompileOptions) -> None:
         super().__init__(name, options)
         self.cls = cls
-        self.forward = cls.forward
+        forward = cls.forward
+        inherited = getattr(forward, "__jupyter_compile__", None)
+        # A subclass of a class compiled earlier, inheriting its forward: compile the
+        # user's forward, not the parent's dispatching wrapper.
+        self.forward = inherited.forward if isinstance(inherited, ModuleClassTarget) else forward
         self._compiled: weakref.WeakKeyDictionary[torch.nn.Module, Callable] = (
             weakref.WeakKeyDictionary()
         )

@@ -111,6 +111,24 @@ def test_module_classes_keep_their_identity_and_compile_instance_calls(shell, fa
     assert "nn.Module class" in out.html()
 
 
+def test_a_subclass_of_a_compiled_class_compiles_the_inherited_forward(shell, fake) -> None:
+    run(
+        shell,
+        "%%compile --no-inspect\n"
+        "class Base(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x + 1\n",
+    )
+    out = run(
+        shell, "%%compile --no-inspect\nclass Child(Base):\n    pass\ny = Child()(torch.zeros(2))\n"
+    )
+    assert out.result.success, out.stdout + out.stderr
+    assert shell.user_ns["y"].tolist() == [1.0, 1.0]
+    child_target = shell.user_ns["Child"].forward.__jupyter_compile__
+    assert child_target.forward is shell.user_ns["Base"].forward.__jupyter_compile__.forward
+    assert fake.compiled[-1].fn.__func__ is child_target.forward  # the user's forward, bound
+
+
 def test_bad_option_is_a_usage_error_and_the_shell_lives(shell) -> None:
     out = run(shell, "%%compile --bogus\ndef f(x):\n    return x\n")
     assert not out.result.success and "UsageError" in out.stderr

@@ -104,6 +104,9 @@ def test_module_class_instances_compile_and_stay_modules(shell) -> None:
     report = inspector(shell, "Net").state.report
     assert report.functions[0].name == "forward" and report.graphs
     assert "Net" in visible(out.html()) and "nn.Module class" in out.html()
+    explained = run(shell, "e = %explain -o net(x)")
+    assert explained.result.success, explained.stdout + explained.stderr
+    assert shell.user_ns["e"].graph_count == 1 and "self.lin(x)" in visible(explained.html())
 
 
 def test_explain_magic_shows_the_break_line(shell) -> None:

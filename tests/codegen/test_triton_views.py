@@ -21,7 +21,7 @@ def test_views_fuse_without_copies():
         return (y, z, x.select(1, 2).t() - 1, x.transpose(0, 2).flatten())
 
     record = check(fn, rand(2, 3, 4))
-    assert all(k.language == "triton" for k in record.kernels)
+    assert all(k.language != "extern" for k in record.kernels)  # no copies, no aten calls
 
 
 def test_cat_and_pad():
@@ -30,7 +30,7 @@ def test_cat_and_pad():
         return (y, F.pad(a, (1, 2, 0, 3)), F.pad(b, (-1, 1)), torch.cat([a.reshape(12), c.reshape(-1)]))
 
     record = check(fn, rand(3, 4), rand(3, 2), rand(3, 5))
-    assert all(k.language == "triton" for k in record.kernels)
+    assert all(k.language != "extern" for k in record.kernels)  # no copies, no aten calls
 
 
 def test_split_and_chunk():

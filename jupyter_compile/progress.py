@@ -4,8 +4,9 @@ The compiler tells nobody that a compile has *started* (records only change once
 so the caller guesses: a call whose input signature (tensor shapes, dtypes, devices, constant
 values) is new for this target is the one that may trace and compile. For such calls a timer
 starts; if the call is still running after `DELAY_S`, a note appears, and when the call ends it
-turns into "compiled in N s". Calls with a known signature never start a timer, so a training
-loop pays one set lookup per call.
+says whether the compiler recorded a compile during the call (a records subscription tells)
+and how long it took. Calls with a known signature never start a timer, so a training loop
+pays one set lookup per call.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from IPython.display import HTML, display
 
+from compiler import records
 from jupyter_compile.html import esc
 
 DELAY_S = 0.5
@@ -77,6 +80,8 @@ class CompileProgress:
         self._done = False
         self._start = 0.0
         self._timer: threading.Timer | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self.compiled = False  # whether the compiler recorded anything during the call
 
     def _show(self) -> None:
         with self._lock:
@@ -88,8 +93,12 @@ class CompileProgress:
             except Exception:  # no display available: the note is a nicety, never an error
                 self._handle = None
 
+    def _changed(self, _record: object) -> None:
+        self.compiled = True
+
     def __enter__(self) -> CompileProgress:
         self._start = time.perf_counter()
+        self._unsubscribe = records.subscribe(self._changed)
         # The note must land under the cell that made the call: run the timer in this context.
         context = contextvars.copy_context()
         self._timer = threading.Timer(self.delay_s, context.run, args=(self._show,))
@@ -100,18 +109,20 @@ class CompileProgress:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         with self._lock:
             self._done = True
             if self._handle is None:
                 return
             elapsed = time.perf_counter() - self._start
-            verb = "failed" if exc_type is not None else "done"
-            text = f"{self.name}: first call with these inputs {verb} after {elapsed:.1f} s"
+            if exc_type is not None:
+                text = f"{self.name}: the call failed after {elapsed:.1f} s"
+            elif self.compiled:
+                text = f"{self.name}: compiled for these inputs; the call took {elapsed:.1f} s"
+            else:
+                text = f"{self.name}: nothing to compile (its guards held); the call took {elapsed:.1f} s"
             try:
                 self._handle.update(_note(text, busy=False))
             except Exception:
                 pass
-
-    @property
-    def shown(self) -> bool:
-        return self._handle is not None

@@ -223,7 +223,7 @@ def test_a_slow_first_call_shows_a_progress_note(shell, monkeypatch: pytest.Monk
     assert len(notes) == 2
     assert (
         "compiling slow for new inputs" in notes[0]
-        and "first call with these inputs done" in notes[1]
+        and "slow: compiled for these inputs" in notes[1]
     )
 
 

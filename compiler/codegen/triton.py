@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,7 @@ from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
 
 PERSISTENT_MAX = 1024  # longest row kept whole in registers
+_SUFFIX = re.compile(r"_\d+$")  # a kernel name's graph-local counter
 
 TL_DTYPES = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -486,11 +488,15 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     lines = _header(group, schedule, w)
     lines += ["import triton", "import triton.language as tl", ""]
     lines += ["from compiler.runtime import triton_helpers as th", "", ""]
+    # The function is named without the graph-local counter, so kernels that differ only in
+    # where they sit in the graph have the same source and share Triton's compile cache.
+    base = _SUFFIX.sub("", group.name)
     lines.append("@triton.jit")
-    lines.append(f"def {group.name}({', '.join(params)}):")
+    lines.append(f"def {base}({', '.join(params)}):")
     for buf, arg in w.args.items():
         lines.append(f"    # {arg} = {_describe(buf, schedule.buffers[buf])}")
     lines += body
+    lines += ["", "", f"{group.name} = {base}"]
     source = "\n".join(lines) + "\n"
     config = dict(w.config)
     config.update({"xnumel": group.outer_numel, "rnumel": group.reduction_numel, "kind": group.kind})

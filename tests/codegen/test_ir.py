@@ -1,0 +1,82 @@
+"""The loop IR on its own: index algebra, the reference interpreter, the scheduler's fusion
+decisions and loop-dimension merging."""
+
+import pytest
+import torch
+
+from compiler.aot.trace import trace_forward
+from compiler.ir.index import Index, IndexError_, Var, contiguous_strides, flat_index, render, unflatten
+from compiler.ir.interpret import run_graph
+from compiler.ir.printer import format_graph, format_schedule
+from compiler.lowering.core import lower
+from compiler.scheduler.fusion import schedule
+
+
+def test_unflatten_then_flatten_is_identity():
+    x = Var("x", 2 * 3 * 4)
+    parts = unflatten(x, (2, 3, 4))
+    assert [render(p) for p in parts] == ["(x // 12)", "((x // 4) % 3)", "(x % 4)"]
+    assert flat_index(parts, contiguous_strides((2, 3, 4))) == Index.of(x)
+    assert parts[1] * 4 + parts[2] == Index.of(x) % 12
+
+
+def test_simplification_uses_ranges():
+    i, j = Var("i", 4), Var("j", 3)
+    e = Index.of(i) * 3 + j
+    assert e // 3 == Index.of(i)
+    assert e % 3 == Index.of(j)
+    assert (Index.of(j) + 5) // 8 == Index()
+    assert ((Index.of(i) * 2 - 1 + j)).bounds() == (-1, 7)
+    with pytest.raises(IndexError_):
+        (Index.of(i) - 1) // 2  # floor division of a possibly negative index is refused
+
+
+def test_index_matches_python_on_all_points():
+    a, b = Var("a", 5), Var("b", 7)
+    exprs = [(Index.of(a) * 7 + b) // 3, ((Index.of(a) * 7 + b) % 10) // 2, (Index.of(b) * 2 + 1) % 5]
+    for va in range(5):
+        for vb in range(7):
+            env = {"a": va, "b": vb}
+            for e in exprs:
+                expected = eval(render(e), {}, env)
+                assert e.subs(env).const == expected
+
+
+def _graph(fn, *inputs):
+    gm = torch.fx.symbolic_trace(fn)
+    aot = trace_forward(gm, list(inputs))
+    return lower(aot, list(inputs))[0]
+
+
+def test_interpreter_matches_eager():
+    x = torch.randn(4, 6)
+    fn = lambda x: (x.softmax(-1), x[:, 1:].t() * 2, torch.cat([x, x.cos()], 0).sum(0), x.argmax(1))  # noqa: E731
+    graph = _graph(fn, x)
+    for a, e in zip(run_graph(graph, [x]), fn(x)):
+        torch.testing.assert_close(a, e)
+    assert "amax over [6]" in format_graph(graph) or "max over [6]" in format_graph(graph)
+
+
+def test_fusion_decisions():
+    x = torch.randn(8, 16)
+    # softmax: two reductions and the normalisation, one kernel, nothing stored in between
+    sched = schedule(_graph(lambda x: (x.softmax(-1),), x))
+    assert len(sched.kernels) == 1
+    (k,) = sched.kernels
+    assert [s.reduction_type for s in k.steps] == ["max", "sum", None]
+    assert [s.store is not None for s in k.steps] == [False, False, True]
+    # a contiguous 4-d pointwise chain becomes a single flat loop
+    y = torch.randn(2, 3, 4, 5)
+    sched = schedule(_graph(lambda y: ((y + 1).relu() * 2,), y))
+    assert [v.size for v in sched.kernels[0].outer] == [120]
+    # per-channel broadcasting keeps the channel dim, merges the spatial ones
+    sched = schedule(_graph(lambda y, c: (y * c.reshape(1, 3, 1, 1),), y, torch.randn(3)))
+    assert [v.size for v in sched.kernels[0].outer] == [2, 3, 20]
+    assert "kernel triton_poi_fused" in format_schedule(sched)
+
+
+def test_buffers_are_freed_after_last_use():
+    w = torch.randn(6, 6)
+    sched = schedule(_graph(lambda x, w: ((x @ w).relu() @ w,), torch.randn(4, 6), w))
+    freed = [b for f in sched.frees for b in f]
+    assert freed and all(b.startswith("buf") for b in freed)

@@ -41,8 +41,20 @@ import compiler  # noqa: E402
 def run_tests() -> int:
     env = dict(os.environ, CODEGEN_TEST_DEVICE="cuda", PYTHONPATH=ROOT)
     env.pop("TRITON_INTERPRET", None)
-    files = sorted(f for f in os.listdir(os.path.join(ROOT, "tests", "codegen")) if f.startswith("test_triton_"))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:logging", *(os.path.join("tests", "codegen", f) for f in files)]
+    files = sorted(
+        f
+        for f in os.listdir(os.path.join(ROOT, "tests", "codegen"))
+        if f.startswith("test_triton_")
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:logging",
+        *(os.path.join("tests", "codegen", f) for f in files),
+    ]
     print("$", " ".join(cmd), flush=True)
     return subprocess.call(cmd, cwd=ROOT, env=env)
 
@@ -83,7 +95,10 @@ def bench(name: str, fn: Callable, args: tuple, iters: int, extra: str = "") -> 
     with torch.no_grad():
         expected = fn(*args)
         row["eager"] = median_ms(lambda: fn(*args), iters)
-        for label, make in (("ours", lambda m: compiler.compile(fn, mode=m)), ("torch", lambda m: torch.compile(fn, mode=m))):
+        for label, make in (
+            ("ours", lambda m: compiler.compile(fn, mode=m)),
+            ("torch", lambda m: torch.compile(fn, mode=m)),
+        ):
             for mode in ("default", "reduce-overhead"):
                 if label == "torch":
                     torch._dynamo.reset()
@@ -91,21 +106,25 @@ def bench(name: str, fn: Callable, args: tuple, iters: int, extra: str = "") -> 
                     compiler.reset()
                 try:
                     compiled = make(None if mode == "default" else mode)
-                    seconds, out = cold(lambda: compiled(*args))
+                    seconds, out = cold(lambda c=compiled: c(*args))
                     if mode == "default":
                         row[f"{label}_cold_s"] = seconds
                     problem = _close(out, expected)
                     if problem:
                         row["notes"].append(f"{label} {mode}: {problem}")
-                    row[f"{label}_{mode}"] = median_ms(lambda: compiled(*args), iters)
+                    row[f"{label}_{mode}"] = median_ms(lambda c=compiled: c(*args), iters)
                 except Exception as exc:
-                    row["notes"].append(f"{label} {mode} failed: {type(exc).__name__}: {str(exc)[:120]}")
+                    row["notes"].append(
+                        f"{label} {mode} failed: {type(exc).__name__}: {str(exc)[:120]}"
+                    )
                 if label == "ours" and mode == "default":
                     report = compiler.inspect(compiled) if hasattr(compiler, "inspect") else None
                     if report is not None:
                         kernels = report.kernels
                         falls = [g.fallback for g in report.graphs if g.fallback]
-                        row["notes"].append(f"ours: {len(report.graphs)} graphs, {sum(k.language == 'triton' for k in kernels)} triton + {sum(k.language == 'extern' for k in kernels)} extern kernels")
+                        row["notes"].append(
+                            f"ours: {len(report.graphs)} graphs, {sum(k.language == 'triton' for k in kernels)} triton + {sum(k.language == 'extern' for k in kernels)} extern kernels"
+                        )
                         row["notes"] += [f"ours fell back: {f[:120]}" for f in falls]
     return row
 
@@ -152,13 +171,37 @@ def bert(iters: int) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    cols = ["workload", "eager", "ours_default", "ours_reduce-overhead", "torch_default", "torch_reduce-overhead", "ours_cold_s", "torch_cold_s"]
-    heads = ["workload", "eager ms", "ours ms", "ours RO ms", "torch.compile ms", "torch.compile RO ms", "ours cold s", "torch.compile cold s"]
+    cols = [
+        "workload",
+        "eager",
+        "ours_default",
+        "ours_reduce-overhead",
+        "torch_default",
+        "torch_reduce-overhead",
+        "ours_cold_s",
+        "torch_cold_s",
+    ]
+    heads = [
+        "workload",
+        "eager ms",
+        "ours ms",
+        "ours RO ms",
+        "torch.compile ms",
+        "torch.compile RO ms",
+        "ours cold s",
+        "torch.compile cold s",
+    ]
     print("| " + " | ".join(heads) + " |")
     print("|" + "---|" * len(heads))
     for r in rows:
         cells = [r.get(c) for c in cols]
-        print("| " + " | ".join(c if isinstance(c, str) else ("-" if c is None else f"{c:.3f}") for c in cells) + " |")
+        print(
+            "| "
+            + " | ".join(
+                c if isinstance(c, str) else ("-" if c is None else f"{c:.3f}") for c in cells
+            )
+            + " |"
+        )
     print()
     for r in rows:
         for note in r["notes"]:

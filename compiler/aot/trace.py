@@ -15,8 +15,8 @@ from typing import Sequence
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from compiler.aot.decompositions import decomposition_table
 from compiler.records import SourceLine
@@ -62,12 +62,16 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     user_nodes = {n.name for n in gm.graph.nodes}
     origins = {}
     for node in aten_gm.graph.nodes:
-        names = dict.fromkeys(getattr(src, "name", str(src)) for src in node.meta.get("from_node", ()))
+        names = dict.fromkeys(
+            getattr(src, "name", str(src)) for src in node.meta.get("from_node", ())
+        )
         origins[node.name] = tuple(n for n in names if n in user_nodes)
     return AotGraph(aten_gm, origins, lines)
 
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)\n\s*(?P<text>[^\n]*)')
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)\n\s*(?P<text>[^\n]*)'
+)
 
 
 def source_line_of(node: torch.fx.Node) -> SourceLine | None:

@@ -37,8 +37,12 @@ AUTOGRAD_NOTE = "training graphs run eagerly until compiler/aot joint graphs lan
 _warned: set[str] = set()
 
 
-def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | None = None,
-               options: dict | None = None) -> Callable:
+def compile_fx(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    mode: str | None = None,
+    options: dict | None = None,
+) -> Callable:
     """Compile `gm` for inputs like `example_inputs`; returns a callable taking the same
     positional tensors and returning what `gm` returns. `mode`: None/"default",
     "reduce-overhead" (CUDA graphs) or "max-autotune"; `options` is accepted for the API's
@@ -55,7 +59,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: st
 
 def _signature(args: Sequence[Any]) -> tuple:
     return tuple(
-        (tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a)
+        (tuple(a.shape), tuple(a.stride()), a.dtype, a.device)
+        if isinstance(a, torch.Tensor)
+        else (type(a), a)
         for a in args
     )
 
@@ -105,16 +111,23 @@ class CompiledGraph:
             self.record.fallback = reason
         if reason not in _warned:
             _warned.add(reason)
-            warnings.warn(f"compiler: graph runs eagerly because code generation failed ({reason})", stacklevel=3)
+            warnings.warn(
+                f"compiler: graph runs eagerly because code generation failed ({reason})",
+                stacklevel=3,
+            )
         return self.gm.forward
 
 
 class _Compiled:
     """One compilation for one input signature."""
 
-    def __init__(self, gm: torch.fx.GraphModule, inputs: list, mode: str | None, record: GraphRecord | None):
+    def __init__(
+        self, gm: torch.fx.GraphModule, inputs: list, mode: str | None, record: GraphRecord | None
+    ):
         self.gm, self.inputs, self.mode = gm, inputs, mode
-        self.record = record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
+        self.record = (
+            record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
+        )
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
 
     def stage(self, name: str):
@@ -139,14 +152,23 @@ class _Compiled:
             sched = fuse(graph)
         with self.stage("codegen"):
             kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
-            source = wrapper_source(sched, kernels, f"wrapper for a graph of {len(self.gm.graph.nodes)} FX nodes")
+            source = wrapper_source(
+                sched, kernels, f"wrapper for a graph of {len(self.gm.graph.nodes)} FX nodes"
+            )
         self._dump(aot, graph, sched, kernels, source)
         with self.stage("compile"):
             call = self._load(emitter, sched, kernels, source, device)
         self._records(sched, kernels, source)
         return _runner(call, aot, self.mode, device)
 
-    def _load(self, emitter, sched: Schedule, kernels: dict[str, KernelSource], source: str, device: torch.device) -> Callable:
+    def _load(
+        self,
+        emitter,
+        sched: Schedule,
+        kernels: dict[str, KernelSource],
+        source: str,
+        device: torch.device,
+    ) -> Callable:
         if hasattr(emitter, "load_many"):  # compiles several kernels together, in parallel
             loaded = dict(zip(kernels, emitter.load_many(list(kernels.values()), self.mode)))
         else:
@@ -154,7 +176,12 @@ class _Compiled:
         if emitter.language == "triton" and device.type == "cuda":
             from compiler.runtime.triton_launch import warm_all
 
-            warm_all([(loaded[k.name], [sched.buffers[b].dtype for b in (*k.reads, *k.writes)]) for k in sched.kernels])
+            warm_all(
+                [
+                    (loaded[k.name], [sched.buffers[b].dtype for b in (*k.reads, *k.writes)])
+                    for k in sched.kernels
+                ]
+            )
         module, _ = load_module(source, str(device.type), kind="wrappers")
         # Bound under each KernelSource's own name, which its `call` line uses (the C++
         # emitter names kernels cpp_* where the scheduler's group name says triton_*).
@@ -169,21 +196,39 @@ class _Compiled:
         for launch in sched.launches:
             if isinstance(launch, KernelGroup):
                 k = kernels[launch.name]
-                rec.kernels.append(KernelRecord(
-                    k.name, k.language, k.source, list(launch.origins), _lines(sched, launch.origins),
-                    k.grid, dict(k.config), k.bytes_accessed,
-                ))
+                rec.kernels.append(
+                    KernelRecord(
+                        k.name,
+                        k.language,
+                        k.source,
+                        list(launch.origins),
+                        _lines(sched, launch.origins),
+                        k.grid,
+                        dict(k.config),
+                        k.bytes_accessed,
+                    )
+                )
             else:
                 assert isinstance(launch, ExternCall)
                 node = launch.node
                 lay = sched.buffers
                 nbytes = sum(lay[n].storage_size() * lay[n].dtype.itemsize for n in launch.writes)
-                rec.kernels.append(KernelRecord(
-                    f"extern_{node.op.split('.')[1]}_{node.name}", "extern", extern_lines(launch, lay),
-                    list(node.origins), _lines(sched, node.origins), "", {"op": node.op}, nbytes,
-                ))
+                rec.kernels.append(
+                    KernelRecord(
+                        f"extern_{node.op.split('.')[1]}_{node.name}",
+                        "extern",
+                        extern_lines(launch, lay),
+                        list(node.origins),
+                        _lines(sched, node.origins),
+                        "",
+                        {"op": node.op},
+                        nbytes,
+                    )
+                )
 
-    def _dump(self, aot: AotGraph, graph, sched: Schedule, kernels: dict[str, KernelSource], source: str) -> None:
+    def _dump(
+        self, aot: AotGraph, graph, sched: Schedule, kernels: dict[str, KernelSource], source: str
+    ) -> None:
         if not self.debug_dir:
             return
         root = Path(self.debug_dir)
@@ -233,4 +278,3 @@ def _runner(call: Callable, aot: AotGraph, mode: str | None, device: torch.devic
         return spec.unflatten(list(call(list(args))))
 
     return run
-

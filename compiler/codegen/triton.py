@@ -22,27 +22,83 @@ import torch
 
 from compiler.codegen.common import KernelSource
 from compiler.ir.index import Index, Var, render, unflatten
-from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value, address, iter_values
+from compiler.ir.nodes import (
+    Constant,
+    IndexValue,
+    Layout,
+    Load,
+    Op,
+    Ref,
+    Value,
+    address,
+    iter_values,
+)
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
 
 PERSISTENT_MAX = 1024  # longest row kept whole in registers
 _SUFFIX = re.compile(r"_\d+$")  # a kernel name's graph-local counter
 
 TL_DTYPES = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
-    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
 }
 
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "truncdiv": "//", "eq": "==", "ne": "!=",
-           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&", "logical_or": "|",
-           "logical_xor": "^", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
-_CALL = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
-         "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos", "sigmoid": "tl.sigmoid", "erf": "tl.erf",
-         "floor": "tl.floor", "ceil": "tl.ceil", "abs": "tl.abs", "tanh": "th.tanh", "expm1": "th.expm1",
-         "log1p": "th.log1p", "tan": "th.tan", "asin": "th.asin", "acos": "th.acos", "atan": "th.atan",
-         "sinh": "th.sinh", "cosh": "th.cosh", "trunc": "th.trunc", "round": "th.nearbyint",
-         "atan2": "th.atan2", "pow": "th.pow", "fmod": "th.fmod"}
+_BINARY = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "truncdiv": "//",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "logical_and": "&",
+    "logical_or": "|",
+    "logical_xor": "^",
+    "bitwise_and": "&",
+    "bitwise_or": "|",
+    "bitwise_xor": "^",
+}
+_CALL = {
+    "exp": "tl.exp",
+    "exp2": "tl.exp2",
+    "log": "tl.log",
+    "log2": "tl.log2",
+    "sqrt": "tl.sqrt",
+    "rsqrt": "tl.rsqrt",
+    "sin": "tl.sin",
+    "cos": "tl.cos",
+    "sigmoid": "tl.sigmoid",
+    "erf": "tl.erf",
+    "floor": "tl.floor",
+    "ceil": "tl.ceil",
+    "abs": "tl.abs",
+    "tanh": "th.tanh",
+    "expm1": "th.expm1",
+    "log1p": "th.log1p",
+    "tan": "th.tan",
+    "asin": "th.asin",
+    "acos": "th.acos",
+    "atan": "th.atan",
+    "sinh": "th.sinh",
+    "cosh": "th.cosh",
+    "trunc": "th.trunc",
+    "round": "th.nearbyint",
+    "atan2": "th.atan2",
+    "pow": "th.pow",
+    "fmod": "th.fmod",
+}
 
 
 def next_pow2(n: int) -> int:
@@ -63,7 +119,12 @@ def default_config(kind: str, xnumel: int, rnumel: int) -> dict:
         warps = 8 if rblock >= 512 else (4 if rblock * xblock >= 256 else 1)
         return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps, "persistent": True}
     xblock = 1 if xnumel < 64 else 8
-    return {"XBLOCK": xblock, "RBLOCK": min(budget // xblock, 2048), "num_warps": 8, "persistent": False}
+    return {
+        "XBLOCK": xblock,
+        "RBLOCK": min(budget // xblock, 2048),
+        "num_warps": 8,
+        "persistent": False,
+    }
 
 
 @dataclass
@@ -97,7 +158,10 @@ class _KernelWriter:
         self.count = 0
         self.steps = {s.name: s for s in group.steps}
         self.values: dict[str, tuple[str, int]] = {}  # step name -> (var, level), once computed
-        big = max([group.outer_numel * max(group.reduction_numel, 1)] + [self.buffers[b].storage_size() for b in self.args])
+        big = max(
+            [group.outer_numel * max(group.reduction_numel, 1)]
+            + [self.buffers[b].storage_size() for b in self.args]
+        )
         self.int64 = big >= 2**31
 
     # ---- shapes and levels: 0 scalar, 1 outer block, 2 (outer x reduction) block ---------
@@ -140,7 +204,11 @@ class _KernelWriter:
         if isinstance(v, IndexValue):
             level = self.index_level(v.index)
             text = render(v.index)
-            text = f"tl.full({self.shape(level)}, {text}, tl.int64)" if level == 0 else f"({text}).to(tl.int64)"
+            text = (
+                f"tl.full({self.shape(level)}, {text}, tl.int64)"
+                if level == 0
+                else f"({text}).to(tl.int64)"
+            )
             if v.dtype != torch.int64:
                 text = f"{text}.to({TL_DTYPES[v.dtype]})"
             return self.tmp(scope, text, level, v)
@@ -263,7 +331,9 @@ class _KernelWriter:
             text = f"{text} + tl.zeros({self.shape(level)}, {TL_DTYPES[step.dtype]})"
         elif self.steps[step.name].value.dtype != step.dtype:
             text = f"{text}.to({TL_DTYPES[step.dtype]})"
-        scope.lines.append(f"{scope.indent}tl.store({self.args[step.name]} + ({addr}), {text}, {self.mask(level)})")
+        scope.lines.append(
+            f"{scope.indent}tl.store({self.args[step.name]} + ({addr}), {text}, {self.mask(level)})"
+        )
 
     def define_vars(self, scope: _Scope, vars_: tuple[Var, ...], flat: str) -> None:
         if not vars_:
@@ -314,7 +384,9 @@ class _KernelWriter:
         masked = f"tl.where(xmask & rmask, {v}, {self.identity(step)})"
         if rt in ("argmax", "argmin"):
             idx = "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
-            scope.lines.append(f"{scope.indent}_, {step.name}_idx = tl.reduce(({masked}, {idx}), 1, th.{rt}_combine)")
+            scope.lines.append(
+                f"{scope.indent}_, {step.name}_idx = tl.reduce(({masked}, {idx}), 1, th.{rt}_combine)"
+            )
             out = self.tmp(scope, f"{step.name}_idx[:, None].to(tl.int64)", 1)
         else:
             out = self.tmp(scope, self.reduce_block(step, masked, scope), 1)
@@ -423,7 +495,9 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
             dt = TL_DTYPES[s.value.dtype] if s.reduction_type not in ("any", "all") else "tl.int8"
             top.lines.append(f"    _{s.name} = tl.full([XBLOCK, RBLOCK], {w.identity(s)}, {dt})")
             if s.reduction_type in ("argmax", "argmin"):
-                top.lines.append(f"    _{s.name}_idx = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
+                top.lines.append(
+                    f"    _{s.name}_idx = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)"
+                )
         top.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
         inner = _Scope(top.lines, "        ", parent=top)
         inner.lines.append("        rindex = roffset + rbase")
@@ -449,13 +523,17 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                 update = f"tl.minimum({acc}, {masked}.to(tl.int8))"
             else:
                 idx = "tl.where(xmask & rmask, rindex, 2147483647)"
-                inner.lines.append(f"        {acc}, {acc}_idx = th.{rt}_combine({acc}, {acc}_idx, {masked}, {idx})")
+                inner.lines.append(
+                    f"        {acc}, {acc}_idx = th.{rt}_combine({acc}, {acc}_idx, {masked}, {idx})"
+                )
                 continue
             inner.lines.append(f"        {acc} = {update}")
         for s in reductions:
             acc = f"_{s.name}"
             if s.reduction_type in ("argmax", "argmin"):
-                top.lines.append(f"    _, {s.name}_idx = tl.reduce(({acc}, {acc}_idx), 1, th.{s.reduction_type}_combine)")
+                top.lines.append(
+                    f"    _, {s.name}_idx = tl.reduce(({acc}, {acc}_idx), 1, th.{s.reduction_type}_combine)"
+                )
                 out = w.tmp(top, f"{s.name}_idx[:, None].to(tl.int64)", 1)
             else:
                 out = w.tmp(top, w.reduce_block(s, acc, top), 1)
@@ -484,7 +562,11 @@ def _describe(buf: str, layout: Layout) -> str:
 def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     w = _KernelWriter(group, schedule)
     body = _write_body(w)
-    params = list(w.args.values()) + ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if w.reduction else [])
+    params = (
+        list(w.args.values())
+        + ["XBLOCK: tl.constexpr"]
+        + (["RBLOCK: tl.constexpr"] if w.reduction else [])
+    )
     lines = _header(group, schedule, w)
     lines += ["import triton", "import triton.language as tl", ""]
     lines += ["from compiler.runtime import triton_helpers as th", "", ""]
@@ -499,11 +581,17 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     lines += ["", "", f"{group.name} = {base}"]
     source = "\n".join(lines) + "\n"
     config = dict(w.config)
-    config.update({"xnumel": group.outer_numel, "rnumel": group.reduction_numel, "kind": group.kind})
+    config.update(
+        {"xnumel": group.outer_numel, "rnumel": group.reduction_numel, "kind": group.kind}
+    )
     args = ", ".join(w.args)
-    nbytes = sum(schedule.buffers[b].storage_size() * schedule.buffers[b].dtype.itemsize for b in w.args)
+    nbytes = sum(
+        schedule.buffers[b].storage_size() * schedule.buffers[b].dtype.itemsize for b in w.args
+    )
     grid = f"(cdiv({group.outer_numel}, XBLOCK),)"
-    return KernelSource(group.name, "triton", source, f"{group.name}.run({args})", grid, config, nbytes)
+    return KernelSource(
+        group.name, "triton", source, f"{group.name}.run({args})", grid, config, nbytes
+    )
 
 
 class TritonEmitter:

@@ -32,7 +32,11 @@ def _const(value: Any, layouts: dict[str, Layout]) -> str:
         return f"torch.device({str(value)!r})"
     if isinstance(value, (list, tuple)):
         inner = ", ".join(_const(v, layouts) for v in value)
-        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+        return (
+            f"[{inner}]"
+            if isinstance(value, list)
+            else f"({inner}{',' if len(value) == 1 else ''})"
+        )
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return f"float({str(value)!r})"
     return repr(value)
@@ -53,7 +57,9 @@ def wrapper_source(schedule: Schedule, kernels: dict[str, KernelSource], title: 
         "from compiler.runtime.support import empty_strided, ensure_layout, reinterpret, tensors",
         "",
     ]
-    namespaces = {"aten", "prims"} | {l.node.op.split(".")[0] for l in schedule.launches if isinstance(l, ExternCall)}
+    namespaces = {"aten", "prims"} | {
+        c.node.op.split(".")[0] for c in schedule.launches if isinstance(c, ExternCall)
+    }
     lines += [f"{ns} = torch.ops.{ns}" for ns in sorted(namespaces)]
     lines += ["", "", "def call(args):"]
     names = [b.name for b in schedule.inputs]
@@ -83,7 +89,11 @@ def _extern_lines(call: ExternCall, layouts: dict[str, Layout]) -> list[str]:
     if len(outs) == 1:
         lines = [f"{outs[0]} = {text}"]
     else:
-        lines = [f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = tensors({text})"] if outs else [text]
+        lines = (
+            [f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = tensors({text})"]
+            if outs
+            else [text]
+        )
     for name, lay in node.outputs:
         lines.append(f"{name} = ensure_layout({name}, {tuple(lay.size)!r}, {tuple(lay.stride)!r})")
     return lines

@@ -79,7 +79,9 @@ class Index:
     def _build(coeffs: dict[Atom, int], const: int) -> "Index":
         coeffs = {a: c for a, c in coeffs.items() if c != 0}
         const += _recombine(coeffs)
-        terms = tuple(sorted(((a, c) for a, c in coeffs.items() if c != 0), key=lambda t: _atom_key(t[0])))
+        terms = tuple(
+            sorted(((a, c) for a, c in coeffs.items() if c != 0), key=lambda t: _atom_key(t[0]))
+        )
         return Index(terms, const)
 
     def __add__(self, other: "IndexLike") -> "Index":
@@ -133,7 +135,12 @@ class Index:
             return Index.of(FloorDiv(self, d))
         if r_hi < d:
             return q
-        if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and isinstance(r.terms[0][0], FloorDiv):
+        if (
+            r.const == 0
+            and len(r.terms) == 1
+            and r.terms[0][1] == 1
+            and isinstance(r.terms[0][0], FloorDiv)
+        ):
             inner = r.terms[0][0]
             return q + Index.of(FloorDiv(inner.base, inner.divisor * d))
         return q + Index.of(FloorDiv(r, d))
@@ -153,7 +160,12 @@ class Index:
             return Index.of(Mod(self, m))
         if r_hi < m:
             return r
-        if r.const == 0 and len(r.terms) == 1 and r.terms[0][1] == 1 and isinstance(r.terms[0][0], Mod):
+        if (
+            r.const == 0
+            and len(r.terms) == 1
+            and r.terms[0][1] == 1
+            and isinstance(r.terms[0][0], Mod)
+        ):
             inner = r.terms[0][0]
             if inner.modulus % m == 0:
                 return Index.of(inner.base) % m
@@ -246,11 +258,7 @@ def _recombine(coeffs: dict[Atom, int]) -> int:
                 changed = True
                 break
             for other, c2 in list(coeffs.items()):
-                if (
-                    isinstance(other, Mod)
-                    and other.base == Index.of(div)
-                    and c2 == c * m
-                ):
+                if isinstance(other, Mod) and other.base == Index.of(div) and c2 == c * m:
                     del coeffs[atom], coeffs[other]
                     merged = e % (m * other.modulus)
                     for a3, c3 in merged.terms:

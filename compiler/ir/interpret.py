@@ -29,22 +29,62 @@ from compiler.ir.nodes import (
 )
 
 OP_IMPLS = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.true_divide,
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "truediv": torch.true_divide,
     "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
     "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-    "remainder": torch.remainder, "fmod": torch.fmod, "neg": torch.neg, "abs": torch.abs,
-    "sign": torch.sign, "reciprocal": torch.reciprocal, "pow": torch.pow,
-    "maximum": torch.maximum, "minimum": torch.minimum, "exp": torch.exp, "exp2": torch.exp2,
-    "expm1": torch.expm1, "log": torch.log, "log2": torch.log2, "log1p": torch.log1p,
-    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan,
-    "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
-    "cosh": torch.cosh, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
-    "atan2": torch.atan2, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc,
-    "round": torch.round, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
-    "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
-    "logical_xor": torch.logical_xor, "logical_not": torch.logical_not, "isnan": torch.isnan,
-    "isinf": torch.isinf, "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
-    "bitwise_xor": torch.bitwise_xor, "bitwise_not": torch.bitwise_not, "where": torch.where,
+    "remainder": torch.remainder,
+    "fmod": torch.fmod,
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "sign": torch.sign,
+    "reciprocal": torch.reciprocal,
+    "pow": torch.pow,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "exp": torch.exp,
+    "exp2": torch.exp2,
+    "expm1": torch.expm1,
+    "log": torch.log,
+    "log2": torch.log2,
+    "log1p": torch.log1p,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "tan": torch.tan,
+    "asin": torch.asin,
+    "acos": torch.acos,
+    "atan": torch.atan,
+    "sinh": torch.sinh,
+    "cosh": torch.cosh,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "erf": torch.erf,
+    "atan2": torch.atan2,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "trunc": torch.trunc,
+    "round": torch.round,
+    "eq": torch.eq,
+    "ne": torch.ne,
+    "lt": torch.lt,
+    "le": torch.le,
+    "gt": torch.gt,
+    "ge": torch.ge,
+    "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor,
+    "logical_not": torch.logical_not,
+    "isnan": torch.isnan,
+    "isinf": torch.isinf,
+    "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor,
+    "bitwise_not": torch.bitwise_not,
+    "where": torch.where,
 }
 
 
@@ -65,7 +105,13 @@ def _eval_atom(atom, env: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.remainder(base, atom.modulus)
 
 
-def eval_value(value: Value, env: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], layouts: dict[str, Layout], shape: tuple[int, ...]) -> torch.Tensor:
+def eval_value(
+    value: Value,
+    env: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    layouts: dict[str, Layout],
+    shape: tuple[int, ...],
+) -> torch.Tensor:
     """`value` at every point of the variables in `env` (broadcastable grids) -> a tensor."""
     results: dict[int, torch.Tensor] = {}
     for v in iter_values(value):
@@ -75,7 +121,11 @@ def eval_value(value: Value, env: dict[str, torch.Tensor], buffers: dict[str, to
             r = eval_index(v.index, env).to(v.dtype)
         elif isinstance(v, Op):
             args = [results[id(a)] for a in v.args]
-            r = torch.as_tensor(args[0]).to(v.dtype) if v.op == "to_dtype" else OP_IMPLS[v.op](*args)
+            r = (
+                torch.as_tensor(args[0]).to(v.dtype)
+                if v.op == "to_dtype"
+                else OP_IMPLS[v.op](*args)
+            )
             if v.op != "to_dtype" and r.dtype != v.dtype:
                 r = r.to(v.dtype)
         elif isinstance(v, Load):
@@ -87,12 +137,18 @@ def eval_value(value: Value, env: dict[str, torch.Tensor], buffers: dict[str, to
 
 
 def _load(v: Load, env, results, buf: torch.Tensor, layout: Layout) -> torch.Tensor:
-    static, dynamic = address(layout, tuple(i if isinstance(i, Index) else results[id(i)] for i in v.indices))
+    static, dynamic = address(
+        layout, tuple(i if isinstance(i, Index) else results[id(i)] for i in v.indices)
+    )
     addr = eval_index(static, env)
     for value, stride in dynamic:
         addr = addr + value * stride
     n = max(layout.storage_size(), 1)
-    flat = buf.as_strided((n,), (1,), buf.storage_offset()) if buf.numel() else torch.zeros(1, dtype=buf.dtype)
+    flat = (
+        buf.as_strided((n,), (1,), buf.storage_offset())
+        if buf.numel()
+        else torch.zeros(1, dtype=buf.dtype)
+    )
     if v.mask is not None:
         mask = results[id(v.mask)]
         addr = torch.where(mask, addr, torch.zeros_like(addr))
@@ -111,9 +167,14 @@ def _grids(vars_: Sequence[Var]) -> dict[str, torch.Tensor]:
 
 
 _COMBINE = {
-    "sum": lambda t: t.sum(-1), "prod": lambda t: t.prod(-1), "max": lambda t: t.amax(-1),
-    "min": lambda t: t.amin(-1), "argmax": lambda t: t.argmax(-1), "argmin": lambda t: t.argmin(-1),
-    "any": lambda t: t.any(-1), "all": lambda t: t.all(-1),
+    "sum": lambda t: t.sum(-1),
+    "prod": lambda t: t.prod(-1),
+    "max": lambda t: t.amax(-1),
+    "min": lambda t: t.amin(-1),
+    "argmax": lambda t: t.argmax(-1),
+    "argmin": lambda t: t.argmin(-1),
+    "any": lambda t: t.any(-1),
+    "all": lambda t: t.all(-1),
 }
 
 
@@ -124,6 +185,7 @@ def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
     buffers.update({c.name: c.value for c in graph.constants})
     for node in graph.nodes:
         if isinstance(node, ExternKernel):
+
             def arg(a):
                 return _view(buffers, a) if isinstance(a, TensorArg) else a
 
@@ -143,7 +205,11 @@ def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
             env = _grids(node.vars + node.reduction_vars)
             full = eval_value(node.body, env, buffers, layouts, node.size + node.reduction_size)
             full = full.reshape(node.size + (math.prod(node.reduction_size),))
-            value = _COMBINE[node.reduction_type](full) if full.shape[-1] or node.reduction_type not in ("max", "min") else full.sum(-1)
+            value = (
+                _COMBINE[node.reduction_type](full)
+                if full.shape[-1] or node.reduction_type not in ("max", "min")
+                else full.sum(-1)
+            )
         out = torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype)
         out.copy_(value.to(lay.dtype))
         buffers[node.name] = out

@@ -36,21 +36,68 @@ from compiler.ir.index import Index, Var, contiguous_strides, make_vars
 # condition and the comparisons' results, which are bool.
 OPS: dict[str, int] = {
     # arithmetic
-    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "truncdiv": 2, "remainder": 2, "fmod": 2,
-    "neg": 1, "abs": 1, "sign": 1, "reciprocal": 1, "pow": 2, "maximum": 2, "minimum": 2,
+    "add": 2,
+    "sub": 2,
+    "mul": 2,
+    "truediv": 2,
+    "floordiv": 2,
+    "truncdiv": 2,
+    "remainder": 2,
+    "fmod": 2,
+    "neg": 1,
+    "abs": 1,
+    "sign": 1,
+    "reciprocal": 1,
+    "pow": 2,
+    "maximum": 2,
+    "minimum": 2,
     # transcendental
-    "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1,
-    "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
-    "tanh": 1, "sigmoid": 1, "erf": 1, "atan2": 2,
+    "exp": 1,
+    "exp2": 1,
+    "expm1": 1,
+    "log": 1,
+    "log2": 1,
+    "log1p": 1,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "sin": 1,
+    "cos": 1,
+    "tan": 1,
+    "asin": 1,
+    "acos": 1,
+    "atan": 1,
+    "sinh": 1,
+    "cosh": 1,
+    "tanh": 1,
+    "sigmoid": 1,
+    "erf": 1,
+    "atan2": 2,
     # rounding
-    "floor": 1, "ceil": 1, "trunc": 1, "round": 1,
+    "floor": 1,
+    "ceil": 1,
+    "trunc": 1,
+    "round": 1,
     # comparisons and logic (bool results)
-    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
-    "logical_and": 2, "logical_or": 2, "logical_xor": 2, "logical_not": 1, "isnan": 1, "isinf": 1,
+    "eq": 2,
+    "ne": 2,
+    "lt": 2,
+    "le": 2,
+    "gt": 2,
+    "ge": 2,
+    "logical_and": 2,
+    "logical_or": 2,
+    "logical_xor": 2,
+    "logical_not": 1,
+    "isnan": 1,
+    "isinf": 1,
     # bitwise (integers and bool)
-    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
+    "bitwise_and": 2,
+    "bitwise_or": 2,
+    "bitwise_xor": 2,
+    "bitwise_not": 1,
     # selection and casts
-    "where": 3, "to_dtype": 1,
+    "where": 3,
+    "to_dtype": 1,
 }
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
@@ -317,7 +364,9 @@ class Graph:
     constants: tuple[ConstantBuffer, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[Any, ...]
-    source_lines: dict[str, Any] = field(default_factory=dict, compare=False)  # FX node -> SourceLine
+    source_lines: dict[str, Any] = field(
+        default_factory=dict, compare=False
+    )  # FX node -> SourceLine
 
     def node_outputs(self) -> dict[str, Layout]:
         """Every buffer name the nodes define, with its layout."""

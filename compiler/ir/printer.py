@@ -48,10 +48,14 @@ def format_graph(graph: Graph) -> str:
     lines += [f"constant {c.name}: {format_layout(c.layout)}" for c in graph.constants]
     for n in graph.nodes:
         if isinstance(n, Pointwise):
-            lines.append(f"{n.name} = pointwise {list(n.size)} {format_layout(n.layout)}  # {n.aten}")
+            lines.append(
+                f"{n.name} = pointwise {list(n.size)} {format_layout(n.layout)}  # {n.aten}"
+            )
             lines.append(f"    {format_value(n.body)}")
         elif isinstance(n, Reduction):
-            lines.append(f"{n.name} = {n.reduction_type} over {list(n.reduction_size)} -> {list(n.size)}  # {n.aten}")
+            lines.append(
+                f"{n.name} = {n.reduction_type} over {list(n.reduction_size)} -> {list(n.size)}  # {n.aten}"
+            )
             lines.append(f"    {format_value(n.body)}")
         else:
             assert isinstance(n, ExternKernel)
@@ -70,10 +74,14 @@ def format_schedule(schedule) -> str:
         if isinstance(launch, KernelGroup):
             outer = ", ".join(f"{v.name}<{v.size}" for v in launch.outer)
             red = ", ".join(f"{v.name}<{v.size}" for v in launch.reduction)
-            lines.append(f"kernel {launch.name} over [{outer}]" + (f" reducing [{red}]" if red else ""))
+            lines.append(
+                f"kernel {launch.name} over [{outer}]" + (f" reducing [{red}]" if red else "")
+            )
             for s in launch.steps:
                 kind = s.reduction_type or "pointwise"
-                store = f" -> {s.name}[{', '.join(map(str, s.store))}]" if s.store is not None else ""
+                store = (
+                    f" -> {s.name}[{', '.join(map(str, s.store))}]" if s.store is not None else ""
+                )
                 lines.append(f"    %{s.name} = {kind}({s.loop}) {format_value(s.value)}{store}")
         else:
             lines.append(f"extern {launch.node.op} -> {', '.join(launch.writes)}")

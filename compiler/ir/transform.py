@@ -10,7 +10,11 @@ from compiler.ir.index import Index
 from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value
 
 
-def rewrite(value: Value, on_load: Callable[[Load, tuple, "Value | None"], Value], on_index: Callable[[Index], Index]) -> Value:
+def rewrite(
+    value: Value,
+    on_load: Callable[[Load, tuple, "Value | None"], Value],
+    on_index: Callable[[Index], Index],
+) -> Value:
     """Rebuild `value` bottom-up: every Index goes through `on_index`, every Load (with its
     indices and mask already rewritten) through `on_load(load, indices, mask)`. Shared
     sub-values are rewritten once."""

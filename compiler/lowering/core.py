@@ -66,7 +66,9 @@ def register_lowering(*ops: Any) -> Callable:
 
     def add(fn: Callable) -> Callable:
         for op in ops:
-            overloads = [getattr(op, o) for o in op.overloads()] if hasattr(op, "overloads") else [op]
+            overloads = (
+                [getattr(op, o) for o in op.overloads()] if hasattr(op, "overloads") else [op]
+            )
             for ov in overloads:
                 LOWERINGS[ov] = fn
         return fn
@@ -109,7 +111,13 @@ class LoweringContext:
 
     # ---- building nodes -----------------------------------------------------------------
 
-    def pointwise(self, size: Sequence[int], dtype: torch.dtype, body_fn: Callable[[tuple], Value], layout: Layout | None = None) -> TensorValue:
+    def pointwise(
+        self,
+        size: Sequence[int],
+        dtype: torch.dtype,
+        body_fn: Callable[[tuple], Value],
+        layout: Layout | None = None,
+    ) -> TensorValue:
         """A new Pointwise node; `body_fn(i_vars)` gives the value at each point."""
         size = tuple(int(s) for s in size)
         ivars = make_vars("i", size)
@@ -120,7 +128,15 @@ class LoweringContext:
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
 
-    def reduction(self, tv: TensorValue, axes: Sequence[int], reduction_type: str, out_dtype: torch.dtype, acc_dtype: torch.dtype, body_fn: Callable[[tuple], Value] | None = None) -> TensorValue:
+    def reduction(
+        self,
+        tv: TensorValue,
+        axes: Sequence[int],
+        reduction_type: str,
+        out_dtype: torch.dtype,
+        acc_dtype: torch.dtype,
+        body_fn: Callable[[tuple], Value] | None = None,
+    ) -> TensorValue:
         """Reduce `tv` over `axes` (no kept dims). `body_fn(full_indices)` overrides the value
         reduced (default: tv's element cast to `acc_dtype`)."""
         rank = len(tv.size)
@@ -132,22 +148,52 @@ class LoweringContext:
         full = tuple(Index.of(next(it_r) if k in axes else next(it_i)) for k in range(rank))
         body = body_fn(full) if body_fn else cast(tv.load(full), acc_dtype)
         layout = Layout.contiguous(outer, out_dtype, self.device)
-        node = Reduction(self.new_name(), outer, red, reduction_type, body, layout, tv.size, axes, self.origins, self.aten_name)
+        node = Reduction(
+            self.new_name(),
+            outer,
+            red,
+            reduction_type,
+            body,
+            layout,
+            tv.size,
+            axes,
+            self.origins,
+            self.aten_name,
+        )
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
 
-    def window_reduction(self, size: Sequence[int], window: Sequence[int], reduction_type: str, out_dtype: torch.dtype, body_fn: Callable[[tuple, tuple], Value]) -> TensorValue:
+    def window_reduction(
+        self,
+        size: Sequence[int],
+        window: Sequence[int],
+        reduction_type: str,
+        out_dtype: torch.dtype,
+        body_fn: Callable[[tuple, tuple], Value],
+    ) -> TensorValue:
         """A reduction over a window per output point (pooling): `body_fn(i, r)`."""
         size, window = tuple(size), tuple(window)
         ivars, rvars = make_vars("i", size), make_vars("r", window)
         body = body_fn(tuple(Index.of(v) for v in ivars), tuple(Index.of(v) for v in rvars))
         layout = Layout.contiguous(size, out_dtype, self.device)
-        node = Reduction(self.new_name(), size, window, reduction_type, body, layout, size + window, tuple(range(len(size), len(size) + len(window))), self.origins, self.aten_name)
+        node = Reduction(
+            self.new_name(),
+            size,
+            window,
+            reduction_type,
+            body,
+            layout,
+            size + window,
+            tuple(range(len(size), len(size) + len(window))),
+            self.origins,
+            self.aten_name,
+        )
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
 
     def buffer_value(self, name: str, layout: Layout) -> TensorValue:
         self.layouts.setdefault(name, layout)
+
         def loader(idx: tuple) -> Value:
             return Load(name, idx, layout.dtype)
 
@@ -195,7 +241,15 @@ class LoweringContext:
                 values.append(self.buffer_value(name, layout))
             else:
                 values.append(v)
-        node = ExternKernel(self.new_name(), _op_name(op), tuple(args), tuple(sorted(kwargs.items())), tuple(outputs), self.origins, self.aten_name)
+        node = ExternKernel(
+            self.new_name(),
+            _op_name(op),
+            tuple(args),
+            tuple(sorted(kwargs.items())),
+            tuple(outputs),
+            self.origins,
+            self.aten_name,
+        )
         self.nodes.append(node)
         if note:
             self.notes.append(f"{_op_name(op)} ran as an extern call")
@@ -233,7 +287,9 @@ class LoweringContext:
                     raise LoweringError(f"non-tensor constant {node.target}")
                 if t.device != self.device:  # a lifted scalar such as torch.tensor(2.0)
                     if t.numel() > 1:
-                        raise LoweringError(f"constant {node.target} on {t.device}, inputs on {self.device}")
+                        raise LoweringError(
+                            f"constant {node.target} on {t.device}, inputs on {self.device}"
+                        )
                     t = t.to(self.device)
                 layout = Layout(tuple(t.shape), tuple(t.stride()), t.dtype, self.device)
                 name = f"const{len(self.constants)}"
@@ -243,7 +299,12 @@ class LoweringContext:
                 env[node.name] = self.lower_node(node, env)
             elif node.op == "output":
                 flat, _ = tree_flatten(node.args[0])
-                outputs = tuple(self.realize(env[a.name]) if isinstance(a, torch.fx.Node) and isinstance(env[a.name], TensorValue) else (env[a.name] if isinstance(a, torch.fx.Node) else a) for a in flat)
+                outputs = tuple(
+                    self.realize(env[a.name])
+                    if isinstance(a, torch.fx.Node) and isinstance(env[a.name], TensorValue)
+                    else (env[a.name] if isinstance(a, torch.fx.Node) else a)
+                    for a in flat
+                )
             else:
                 raise LoweringError(f"unexpected node kind {node.op}")
         self.current = None
@@ -299,7 +360,10 @@ def broadcast_loader(tv: TensorValue, out_size: tuple[int, ...]) -> Loader:
     lead = len(out_size) - len(tv.size)
 
     def loader(idx: tuple) -> Value:
-        own = tuple(Index() if s == 1 and out_size[lead + k] != 1 else idx[lead + k] for k, s in enumerate(tv.size))
+        own = tuple(
+            Index() if s == 1 and out_size[lead + k] != 1 else idx[lead + k]
+            for k, s in enumerate(tv.size)
+        )
         return tv.load(own)
 
     return loader

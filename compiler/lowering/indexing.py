@@ -9,7 +9,13 @@ from __future__ import annotations
 import torch
 
 from compiler.ir.nodes import Constant, Load, Op, Value
-from compiler.lowering.core import LoweringContext, TensorValue, broadcast_loader, cast, register_lowering
+from compiler.lowering.core import (
+    LoweringContext,
+    TensorValue,
+    broadcast_loader,
+    cast,
+    register_lowering,
+)
 
 aten = torch.ops.aten
 
@@ -41,7 +47,15 @@ def embedding(ctx: LoweringContext, node, weight: TensorValue, indices: TensorVa
 
 
 @register_lowering(aten.gather)
-def gather(ctx: LoweringContext, node, x: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False):
+def gather(
+    ctx: LoweringContext,
+    node,
+    x: TensorValue,
+    dim: int,
+    index: TensorValue,
+    *,
+    sparse_grad: bool = False,
+):
     buf, dtype = direct(ctx, x)
     val = ctx.meta()
     dim = dim % max(len(x.size), 1)

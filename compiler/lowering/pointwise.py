@@ -27,21 +27,53 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 UNARY = {
-    aten.abs: "abs", aten.neg: "neg", aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1",
-    aten.log: "log", aten.log2: "log2", aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt",
-    aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.asin: "asin", aten.acos: "acos",
-    aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh", aten.tanh: "tanh",
-    aten.sigmoid: "sigmoid", aten.erf: "erf", aten.reciprocal: "reciprocal", aten.floor: "floor",
-    aten.ceil: "ceil", aten.trunc: "trunc", aten.round: "round", aten.sign: "sign",
+    aten.abs: "abs",
+    aten.neg: "neg",
+    aten.exp: "exp",
+    aten.exp2: "exp2",
+    aten.expm1: "expm1",
+    aten.log: "log",
+    aten.log2: "log2",
+    aten.log1p: "log1p",
+    aten.sqrt: "sqrt",
+    aten.rsqrt: "rsqrt",
+    aten.sin: "sin",
+    aten.cos: "cos",
+    aten.tan: "tan",
+    aten.asin: "asin",
+    aten.acos: "acos",
+    aten.atan: "atan",
+    aten.sinh: "sinh",
+    aten.cosh: "cosh",
+    aten.tanh: "tanh",
+    aten.sigmoid: "sigmoid",
+    aten.erf: "erf",
+    aten.reciprocal: "reciprocal",
+    aten.floor: "floor",
+    aten.ceil: "ceil",
+    aten.trunc: "trunc",
+    aten.round: "round",
+    aten.sign: "sign",
     aten.bitwise_not: "bitwise_not",
 }
 BINARY = {
-    aten.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum", aten.fmod: "fmod",
-    aten.remainder: "remainder", aten.atan2: "atan2", aten.floor_divide: "floordiv",
-    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
+    aten.mul: "mul",
+    aten.maximum: "maximum",
+    aten.minimum: "minimum",
+    aten.fmod: "fmod",
+    aten.remainder: "remainder",
+    aten.atan2: "atan2",
+    aten.floor_divide: "floordiv",
+    aten.bitwise_and: "bitwise_and",
+    aten.bitwise_or: "bitwise_or",
+    aten.bitwise_xor: "bitwise_xor",
 }
 COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge"}
-LOGICAL = {aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor"}
+LOGICAL = {
+    aten.logical_and: "logical_and",
+    aten.logical_or: "logical_or",
+    aten.logical_xor: "logical_xor",
+}
 
 
 def operand(x: Any, size: tuple[int, ...], dtype: torch.dtype):
@@ -57,18 +89,43 @@ def operand(x: Any, size: tuple[int, ...], dtype: torch.dtype):
 
 def promoted(node: torch.fx.Node, *positions: int) -> torch.dtype:
     """torch's promoted dtype of the node's arguments at `positions` (tensors or scalars)."""
-    vals = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in (node.args[p] for p in positions)]
+    vals = [
+        a.meta["val"] if isinstance(a, torch.fx.Node) else a
+        for a in (node.args[p] for p in positions)
+    ]
     if len(vals) == 2:
         return torch.result_type(*vals)
     return vals[0].dtype if isinstance(vals[0], torch.Tensor) else torch.tensor(vals[0]).dtype
 
 
-def elementwise(ctx: LoweringContext, op: str, inputs: list[Any], in_dtype: torch.dtype) -> TensorValue:
+def elementwise(
+    ctx: LoweringContext, op: str, inputs: list[Any], in_dtype: torch.dtype
+) -> TensorValue:
     val = ctx.meta()
     size, out_dtype = tuple(val.shape), val.dtype
     ops = [operand(x, size, in_dtype) for x in inputs]
-    result_dtype = torch.bool if op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf") else in_dtype
-    return ctx.pointwise(size, out_dtype, lambda idx: Op(op, tuple(o(idx) for o in ops), result_dtype))
+    result_dtype = (
+        torch.bool
+        if op
+        in (
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "logical_not",
+            "isnan",
+            "isinf",
+        )
+        else in_dtype
+    )
+    return ctx.pointwise(
+        size, out_dtype, lambda idx: Op(op, tuple(o(idx) for o in ops), result_dtype)
+    )
 
 
 def _compute_for(ctx: LoweringContext) -> torch.dtype:
@@ -98,7 +155,9 @@ def add_sub(ctx: LoweringContext, node, a, b, *, alpha: Any = 1):
         size = tuple(val.shape)
         la, lb = operand(a, size, dtype), operand(b, size, dtype)
         k = Constant(_scalar(alpha, dtype), dtype)
-        return ctx.pointwise(size, val.dtype, lambda i: Op(op, (la(i), Op("mul", (lb(i), k), dtype)), dtype))
+        return ctx.pointwise(
+            size, val.dtype, lambda i: Op(op, (la(i), Op("mul", (lb(i), k), dtype)), dtype)
+        )
     return elementwise(ctx, op, [a, b], dtype)
 
 
@@ -112,14 +171,22 @@ def div(ctx: LoweringContext, node, a, b, *, rounding_mode: str | None = None):
             val = ctx.meta()
             size = tuple(val.shape)
             la, lb = operand(a, size, dtype), operand(b, size, dtype)
-            return ctx.pointwise(size, val.dtype, lambda i: Op("floor", (Op("truediv", (la(i), lb(i)), dtype),), dtype))
+            return ctx.pointwise(
+                size,
+                val.dtype,
+                lambda i: Op("floor", (Op("truediv", (la(i), lb(i)), dtype),), dtype),
+            )
         return elementwise(ctx, "floordiv", [a, b], dtype)
     if rounding_mode == "trunc":
         if dtype.is_floating_point:
             val = ctx.meta()
             size = tuple(val.shape)
             la, lb = operand(a, size, dtype), operand(b, size, dtype)
-            return ctx.pointwise(size, val.dtype, lambda i: Op("trunc", (Op("truediv", (la(i), lb(i)), dtype),), dtype))
+            return ctx.pointwise(
+                size,
+                val.dtype,
+                lambda i: Op("trunc", (Op("truediv", (la(i), lb(i)), dtype),), dtype),
+            )
         return elementwise(ctx, "truncdiv", [a, b], dtype)
     return NotImplemented
 
@@ -133,7 +200,9 @@ def prims_div(ctx: LoweringContext, node, a, b):
 
 @register_lowering(*COMPARE)
 def compare(ctx: LoweringContext, node, a, b):
-    return elementwise(ctx, COMPARE[node.target.overloadpacket], [a, b], compute_dtype(promoted(node, 0, 1)))
+    return elementwise(
+        ctx, COMPARE[node.target.overloadpacket], [a, b], compute_dtype(promoted(node, 0, 1))
+    )
 
 
 @register_lowering(*LOGICAL)
@@ -157,7 +226,12 @@ def pow_(ctx: LoweringContext, node, a, b):
     dtype = _compute_for(ctx)
     val = ctx.meta()
     size = tuple(val.shape)
-    if isinstance(b, (int, float)) and float(b).is_integer() and 0 <= b <= 4 and isinstance(a, TensorValue):
+    if (
+        isinstance(b, (int, float))
+        and float(b).is_integer()
+        and 0 <= b <= 4
+        and isinstance(a, TensorValue)
+    ):
         la = operand(a, size, dtype)
 
         def body(i):  # small integer powers as products: exact, and what eager's kernels do
@@ -252,7 +326,15 @@ def fill(ctx: LoweringContext, node, x, value):
     return _fill(ctx, value)
 
 
-@register_lowering(aten.zeros, aten.zeros_like, aten.empty, aten.empty_like, aten.empty_strided, aten.new_zeros, aten.new_empty)
+@register_lowering(
+    aten.zeros,
+    aten.zeros_like,
+    aten.empty,
+    aten.empty_like,
+    aten.empty_strided,
+    aten.new_zeros,
+    aten.new_empty,
+)
 def zeros(ctx: LoweringContext, node, *args, **kwargs):
     return _fill(ctx, 0)
 
@@ -279,8 +361,23 @@ def arange(ctx: LoweringContext, node, *args, **kwargs):
         start, step = (0, 1) if len(nums) == 1 else (nums[0], nums[2] if len(nums) > 2 else 1)
     dtype = compute_dtype(val.dtype)
     if not all(isinstance(v, int) for v in (start, step)):
-        return ctx.pointwise(tuple(val.shape), val.dtype, lambda i: Op("add", (Constant(float(start), dtype), Op("mul", (IndexValue(i[0], dtype), Constant(float(step), dtype)), dtype)), dtype))
-    return ctx.pointwise(tuple(val.shape), val.dtype, lambda i: cast(IndexValue(Index.of(i[0]) * step + start, torch.int64), val.dtype))
+        return ctx.pointwise(
+            tuple(val.shape),
+            val.dtype,
+            lambda i: Op(
+                "add",
+                (
+                    Constant(float(start), dtype),
+                    Op("mul", (IndexValue(i[0], dtype), Constant(float(step), dtype)), dtype),
+                ),
+                dtype,
+            ),
+        )
+    return ctx.pointwise(
+        tuple(val.shape),
+        val.dtype,
+        lambda i: cast(IndexValue(Index.of(i[0]) * step + start, torch.int64), val.dtype),
+    )
 
 
 def _scalar(value: Any, dtype: torch.dtype) -> Any:

@@ -16,7 +16,13 @@ import torch
 from compiler.ir.index import Index, IndexError_, make_vars
 from compiler.ir.nodes import Constant, IndexValue, Op, Value
 from compiler.ir.transform import add_mask
-from compiler.lowering.core import LoweringContext, TensorValue, cast, compute_dtype, register_lowering
+from compiler.lowering.core import (
+    LoweringContext,
+    TensorValue,
+    cast,
+    compute_dtype,
+    register_lowering,
+)
 
 aten = torch.ops.aten
 
@@ -38,7 +44,14 @@ def _axes(x: TensorValue, dims: Any) -> tuple[int, ...]:
     return tuple(sorted({d % max(rank, 1) for d in dims})) if rank else ()
 
 
-def reduce(ctx: LoweringContext, x: TensorValue, dims: Any, keepdim: bool, reduction_type: str, out_dtype: torch.dtype) -> TensorValue:
+def reduce(
+    ctx: LoweringContext,
+    x: TensorValue,
+    dims: Any,
+    keepdim: bool,
+    reduction_type: str,
+    out_dtype: torch.dtype,
+) -> TensorValue:
     axes = _axes(x, dims)
     acc = accumulate_dtype(reduction_type, x.dtype)
     if reduction_type in ("argmax", "argmin"):
@@ -59,12 +72,22 @@ def _keepdim(out: TensorValue, in_size: tuple[int, ...], axes: tuple[int, ...]) 
         strides, it = [], iter(lay.stride)
         for k in range(len(in_size)):
             strides.append(0 if k in axes else next(it))
-        view = type(out.view)(out.view.buf, type(lay)(size, tuple(strides), lay.dtype, lay.device, lay.offset))
+        view = type(out.view)(
+            out.view.buf, type(lay)(size, tuple(strides), lay.dtype, lay.device, lay.offset)
+        )
     return TensorValue(size, out.dtype, loader, view)
 
 
 @register_lowering(aten.sum)
-def sum_(ctx: LoweringContext, node, x: TensorValue, dims: Any = None, keepdim: bool = False, *, dtype=None):
+def sum_(
+    ctx: LoweringContext,
+    node,
+    x: TensorValue,
+    dims: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype=None,
+):
     if dtype is not None:
         x = TensorValue(x.size, dtype, lambda idx, x=x: cast(x.load(idx), dtype), None)
     return reduce(ctx, x, dims, keepdim, "sum", ctx.meta().dtype)
@@ -76,7 +99,15 @@ def prims_sum(ctx: LoweringContext, node, x: TensorValue, dims: Any, *, output_d
 
 
 @register_lowering(torch.ops.prims.var)
-def prims_var(ctx: LoweringContext, node, x: TensorValue, dims: Any, correction: float = 1, *, output_dtype=None):
+def prims_var(
+    ctx: LoweringContext,
+    node,
+    x: TensorValue,
+    dims: Any,
+    correction: float = 1,
+    *,
+    output_dtype=None,
+):
     """Two passes over each row: the mean, then the sum of squared deviations (the scheduler
     puts both reductions in one kernel)."""
     axes = _axes(x, dims)
@@ -94,11 +125,21 @@ def prims_var(ctx: LoweringContext, node, x: TensorValue, dims: Any, correction:
 
     squares = ctx.reduction(x, axes, "sum", acc, acc, body_fn=deviation)
     denom = Constant(float(max(n - correction, 0)), acc)
-    return ctx.pointwise(squares.size, ctx.meta().dtype, lambda i: Op("truediv", (squares.load(i), denom), acc))
+    return ctx.pointwise(
+        squares.size, ctx.meta().dtype, lambda i: Op("truediv", (squares.load(i), denom), acc)
+    )
 
 
 @register_lowering(aten.prod)
-def prod(ctx: LoweringContext, node, x: TensorValue, dim: Any = None, keepdim: bool = False, *, dtype=None):
+def prod(
+    ctx: LoweringContext,
+    node,
+    x: TensorValue,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype=None,
+):
     if dtype is not None:
         x = TensorValue(x.size, dtype, lambda idx, x=x: cast(x.load(idx), dtype), None)
     return reduce(ctx, x, dim, keepdim, "prod", ctx.meta().dtype)
@@ -118,7 +159,9 @@ def any_all(ctx: LoweringContext, node, x: TensorValue, dims: Any = None, keepdi
 
 
 @register_lowering(aten.argmax, aten.argmin)
-def argmax_argmin(ctx: LoweringContext, node, x: TensorValue, dim: Any = None, keepdim: bool = False):
+def argmax_argmin(
+    ctx: LoweringContext, node, x: TensorValue, dim: Any = None, keepdim: bool = False
+):
     kind = "argmax" if node.target.overloadpacket is aten.argmax else "argmin"
     if dim is None:
         keepdim = False
@@ -151,7 +194,9 @@ def _window_source(ctx: LoweringContext, x: TensorValue, probe_shift: int) -> Te
         return ctx.direct(x)
 
 
-def _pool_body(x: TensorValue, idx: tuple, r: tuple, kernel, stride, padding, dilation, fill: float, dtype) -> Value:
+def _pool_body(
+    x: TensorValue, idx: tuple, r: tuple, kernel, stride, padding, dilation, fill: float, dtype
+) -> Value:
     spatial = len(kernel)
     lead = idx[: len(x.size) - spatial]
     coords, conds = [], []
@@ -161,9 +206,13 @@ def _pool_body(x: TensorValue, idx: tuple, r: tuple, kernel, stride, padding, di
         lo, hi = c.bounds()
         n = x.size[len(lead) + k]
         if lo < 0:
-            conds.append(Op("ge", (IndexValue(c, torch.int64), Constant(0, torch.int64)), torch.bool))
+            conds.append(
+                Op("ge", (IndexValue(c, torch.int64), Constant(0, torch.int64)), torch.bool)
+            )
         if hi >= n:
-            conds.append(Op("lt", (IndexValue(c, torch.int64), Constant(n, torch.int64)), torch.bool))
+            conds.append(
+                Op("lt", (IndexValue(c, torch.int64), Constant(n, torch.int64)), torch.bool)
+            )
     value = cast(x.load(tuple(lead) + tuple(coords)), dtype)
     if not conds:
         return value
@@ -181,7 +230,16 @@ def _pair(v: Any, n: int = 2) -> tuple[int, ...]:
 
 
 @register_lowering(aten.max_pool2d_with_indices)
-def max_pool2d(ctx: LoweringContext, node, x: TensorValue, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+def max_pool2d(
+    ctx: LoweringContext,
+    node,
+    x: TensorValue,
+    kernel_size,
+    stride=(),
+    padding=0,
+    dilation=1,
+    ceil_mode=False,
+):
     if any(u.args[1] == 1 and u.users for u in node.users if u.target is operator.getitem):
         return NotImplemented  # the indices are used: run the aten kernel
     kernel = _pair(kernel_size)
@@ -192,25 +250,45 @@ def max_pool2d(ctx: LoweringContext, node, x: TensorValue, kernel_size, stride=(
     x = _window_source(ctx, x, max(padding))
     fill = -math.inf if dtype.is_floating_point else torch.iinfo(dtype).min
     out = ctx.window_reduction(
-        tuple(values_meta.shape), kernel, "max", values_meta.dtype,
+        tuple(values_meta.shape),
+        kernel,
+        "max",
+        values_meta.dtype,
         lambda i, r: _pool_body(x, i, r, kernel, stride, padding, dilation, fill, dtype),
     )
     return (out, None)
 
 
-def _avg_pool(ctx: LoweringContext, x: TensorValue, out_size, kernel, stride, padding, divisor: int) -> TensorValue:
+def _avg_pool(
+    ctx: LoweringContext, x: TensorValue, out_size, kernel, stride, padding, divisor: int
+) -> TensorValue:
     dtype = compute_dtype(x.dtype)
     x = _window_source(ctx, x, max(padding))
     summed = ctx.window_reduction(
-        out_size, kernel, "sum", dtype,
+        out_size,
+        kernel,
+        "sum",
+        dtype,
         lambda i, r: _pool_body(x, i, r, kernel, stride, padding, (1,) * len(kernel), 0.0, dtype),
     )
     div = Constant(float(divisor), dtype)
-    return ctx.pointwise(out_size, ctx.meta().dtype, lambda i: Op("truediv", (summed.load(i), div), dtype))
+    return ctx.pointwise(
+        out_size, ctx.meta().dtype, lambda i: Op("truediv", (summed.load(i), div), dtype)
+    )
 
 
 @register_lowering(aten.avg_pool2d)
-def avg_pool2d(ctx: LoweringContext, node, x: TensorValue, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+def avg_pool2d(
+    ctx: LoweringContext,
+    node,
+    x: TensorValue,
+    kernel_size,
+    stride=(),
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     kernel = _pair(kernel_size)
     stride = _pair(stride) if stride else kernel
     padding = _pair(padding)

@@ -12,19 +12,30 @@ from typing import Any, Callable
 
 import torch
 
-from compiler.ir.index import Index, IndexError_, contiguous_strides, flat_index, make_vars, unflatten
+from compiler.ir.index import (
+    Index,
+    IndexError_,
+    contiguous_strides,
+    flat_index,
+    make_vars,
+    unflatten,
+)
 from compiler.ir.nodes import Constant, IndexValue, Layout, Op, TensorArg, Value
+from compiler.ir.transform import add_mask
 from compiler.lowering.core import LoweringContext, TensorValue, cast, register_lowering
 from compiler.lowering.pointwise import _scalar
-from compiler.ir.transform import add_mask
 
 aten = torch.ops.aten
 
 
-def view_of(ctx: LoweringContext, node, x: TensorValue, remap: Callable[[tuple], tuple]) -> TensorValue:
+def view_of(
+    ctx: LoweringContext, node, x: TensorValue, remap: Callable[[tuple], tuple]
+) -> TensorValue:
     """The view of `x` whose element `idx` is `x[remap(idx)]`."""
     val = ctx.meta()
-    return TensorValue(tuple(val.shape), x.dtype, lambda idx: x.load(remap(idx)), _strided(node, x, val))
+    return TensorValue(
+        tuple(val.shape), x.dtype, lambda idx: x.load(remap(idx)), _strided(node, x, val)
+    )
 
 
 def _strided(node, x: TensorValue, val: torch.Tensor) -> TensorArg | None:
@@ -34,13 +45,19 @@ def _strided(node, x: TensorValue, val: torch.Tensor) -> TensorArg | None:
     try:
         base = torch.empty(max(lay.storage_size(), 1), dtype=lay.dtype, device="meta")
         base = base.as_strided(lay.size, lay.stride, lay.offset)
-        args = [base, *(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args[1:])]
+        args = [
+            base,
+            *(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args[1:]),
+        ]
         out = node.target(*args, **node.kwargs)
     except RuntimeError:  # e.g. a reshape that needs a copy
         return None
     if tuple(out.shape) != tuple(val.shape):
         return None
-    return TensorArg(x.view.buf, Layout(tuple(out.shape), tuple(out.stride()), lay.dtype, lay.device, out.storage_offset()))
+    return TensorArg(
+        x.view.buf,
+        Layout(tuple(out.shape), tuple(out.stride()), lay.dtype, lay.device, out.storage_offset()),
+    )
 
 
 @register_lowering(aten.view, aten.reshape, aten._unsafe_view)
@@ -88,18 +105,25 @@ def t(ctx: LoweringContext, node, x: TensorValue) -> TensorValue:
 
 
 @register_lowering(aten.expand)
-def expand(ctx: LoweringContext, node, x: TensorValue, size, *, implicit: bool = False) -> TensorValue:
+def expand(
+    ctx: LoweringContext, node, x: TensorValue, size, *, implicit: bool = False
+) -> TensorValue:
     out_size = tuple(ctx.meta().shape)
     lead = len(out_size) - len(x.size)
 
     def remap(idx: tuple) -> tuple:
-        return tuple(Index() if s == 1 and out_size[lead + k] != 1 else idx[lead + k] for k, s in enumerate(x.size))
+        return tuple(
+            Index() if s == 1 and out_size[lead + k] != 1 else idx[lead + k]
+            for k, s in enumerate(x.size)
+        )
 
     return view_of(ctx, node, x, remap)
 
 
 @register_lowering(aten.slice)
-def slice_(ctx: LoweringContext, node, x: TensorValue, dim: int = 0, start=None, end=None, step: int = 1) -> TensorValue:
+def slice_(
+    ctx: LoweringContext, node, x: TensorValue, dim: int = 0, start=None, end=None, step: int = 1
+) -> TensorValue:
     dim = dim % max(len(x.size), 1)
     n = x.size[dim]
     start, _, _ = slice(start, end, step).indices(n)
@@ -142,12 +166,16 @@ def unsqueeze(ctx: LoweringContext, node, x: TensorValue, dim: int) -> TensorVal
 
 
 @register_lowering(aten.as_strided, aten.as_strided_)
-def as_strided(ctx: LoweringContext, node, x: TensorValue, size, stride, storage_offset=None) -> TensorValue:
+def as_strided(
+    ctx: LoweringContext, node, x: TensorValue, size, stride, storage_offset=None
+) -> TensorValue:
     """Only the restride decompositions emit (same values, strides differing in size-1
     dims); a real reinterpretation of memory runs as an extern call."""
     src = node.args[0].meta["val"]
-    same = tuple(size) == x.size and not storage_offset and all(
-        n == 1 or a == b for n, a, b in zip(size, stride, src.stride())
+    same = (
+        tuple(size) == x.size
+        and not storage_offset
+        and all(n == 1 or a == b for n, a, b in zip(size, stride, src.stride()))
     )
     if not same:
         return NotImplemented
@@ -155,11 +183,16 @@ def as_strided(ctx: LoweringContext, node, x: TensorValue, size, stride, storage
 
 
 @register_lowering(torch.ops.prims.broadcast_in_dim)
-def broadcast_in_dim(ctx: LoweringContext, node, x: TensorValue, shape, broadcast_dimensions) -> TensorValue:
+def broadcast_in_dim(
+    ctx: LoweringContext, node, x: TensorValue, shape, broadcast_dimensions
+) -> TensorValue:
     out_size = tuple(ctx.meta().shape)
 
     def remap(idx: tuple) -> tuple:
-        return tuple(Index() if x.size[k] == 1 and out_size[d] != 1 else idx[d] for k, d in enumerate(broadcast_dimensions))
+        return tuple(
+            Index() if x.size[k] == 1 and out_size[d] != 1 else idx[d]
+            for k, d in enumerate(broadcast_dimensions)
+        )
 
     return view_of(ctx, node, x, remap)
 
@@ -183,7 +216,10 @@ def _sliced(x: TensorValue, dim: int, start: int, size: tuple[int, ...]) -> Tens
     view = None
     if x.view is not None:
         lay = x.view.layout
-        view = TensorArg(x.view.buf, Layout(size, lay.stride, lay.dtype, lay.device, lay.offset + start * lay.stride[dim]))
+        view = TensorArg(
+            x.view.buf,
+            Layout(size, lay.stride, lay.dtype, lay.device, lay.offset + start * lay.stride[dim]),
+        )
     return TensorValue(size, x.dtype, loader, view)
 
 
@@ -202,7 +238,9 @@ def _in_range(i: Index, lo: int | None, hi: int | None) -> Value | None:
     return conds[0] if len(conds) == 1 else Op("logical_and", tuple(conds), torch.bool)
 
 
-def _shiftable(ctx: LoweringContext, x: TensorValue, dim: int, shift: int, out_size: tuple[int, ...]) -> TensorValue:
+def _shiftable(
+    ctx: LoweringContext, x: TensorValue, dim: int, shift: int, out_size: tuple[int, ...]
+) -> TensorValue:
     """`x`, realised if reading it at a shifted (possibly negative) coordinate along `dim`
     would need floor division or modulo of a negative index."""
     probe = tuple(Index.of(v) for v in make_vars("i", out_size))
@@ -246,7 +284,9 @@ def cat(ctx: LoweringContext, node, tensors, dim: int = 0) -> TensorValue:
 
 
 @register_lowering(aten.constant_pad_nd)
-def constant_pad_nd(ctx: LoweringContext, node, x: TensorValue, pad, value: float = 0.0) -> TensorValue:
+def constant_pad_nd(
+    ctx: LoweringContext, node, x: TensorValue, pad, value: float = 0.0
+) -> TensorValue:
     val = ctx.meta()
     out_size, dtype = tuple(val.shape), val.dtype
     rank = len(out_size)
@@ -259,7 +299,11 @@ def constant_pad_nd(ctx: LoweringContext, node, x: TensorValue, pad, value: floa
         src, conds = list(idx), []
         for d, (lo, _hi) in pads.items():
             src[d] = Index.of(idx[d]) - lo
-            c = _in_range(Index.of(idx[d]), lo if lo > 0 else None, lo + x.size[d] if lo + x.size[d] < out_size[d] else None)
+            c = _in_range(
+                Index.of(idx[d]),
+                lo if lo > 0 else None,
+                lo + x.size[d] if lo + x.size[d] < out_size[d] else None,
+            )
             if c is not None:
                 conds.append(c)
         inner = cast(x.load(tuple(src)), dtype)

@@ -23,7 +23,9 @@ _lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("COMPILER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jupyter-compile")
+    root = os.environ.get("COMPILER_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "jupyter-compile"
+    )
     return Path(root)
 
 

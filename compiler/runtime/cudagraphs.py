@@ -15,13 +15,18 @@ import torch
 
 
 def _signature(args: Sequence[Any]) -> tuple:
-    return tuple((tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+    return tuple(
+        (tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+        for a in args
+    )
 
 
 class CudaGraphRunner:
     def __init__(self, call: Callable[[list], Sequence[Any]]):
         self.call = call
-        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], Sequence[Any]]] = {}
+        self.graphs: dict[
+            tuple, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], Sequence[Any]]
+        ] = {}
 
     def __call__(self, args: list) -> tuple:
         key = _signature(args)
@@ -37,7 +42,12 @@ class CudaGraphRunner:
         return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in static_outputs)
 
     def _capture(self, args: list):
-        static_inputs = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a) if isinstance(a, torch.Tensor) else a for a in args]
+        static_inputs = [
+            torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
+        ]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):

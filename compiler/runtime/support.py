@@ -9,7 +9,9 @@ import torch
 empty_strided = torch.empty_strided
 
 
-def reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int) -> torch.Tensor:
+def reinterpret(
+    t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int
+) -> torch.Tensor:
     """A strided view of buffer `t`, `offset` elements past its start."""
     return t.as_strided(size, stride, t.storage_offset() + offset)
 

@@ -17,9 +17,18 @@ import triton.language as tl
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 _UNARY = {
-    "tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "tan": np.tan, "asin": np.arcsin,
-    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "trunc": np.trunc,
-    "nearbyint": np.rint, "isinf": np.isinf,
+    "tanh": np.tanh,
+    "expm1": np.expm1,
+    "log1p": np.log1p,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "trunc": np.trunc,
+    "nearbyint": np.rint,
+    "isinf": np.isinf,
 }
 _BINARY = {"atan2": np.arctan2, "pow": np.power, "fmod": np.fmod}
 
@@ -29,7 +38,11 @@ if INTERPRET:
     def _wrap(data: np.ndarray, like) -> tl.tensor:
         dtype = tl.int1 if data.dtype == np.bool_ else like.dtype.scalar
         data = data if data.dtype == np.bool_ else data.astype(like.handle.data.dtype)
-        ty = like.type if dtype == like.dtype.scalar else (tl.block_type(dtype, like.shape) if like.shape else dtype)
+        ty = (
+            like.type
+            if dtype == like.dtype.scalar
+            else (tl.block_type(dtype, like.shape) if like.shape else dtype)
+        )
         return tl.tensor(TensorHandle(data, dtype), ty)
 
     def _unary(fn):
@@ -42,21 +55,45 @@ if INTERPRET:
     def _binary(fn):
         def apply(x, y):
             x, y = tl.broadcast(x, y) if isinstance(y, tl.tensor) else (x, y)
-            yd = y.handle.data if isinstance(y, tl.tensor) else np.asarray(y, dtype=x.handle.data.dtype)
+            yd = (
+                y.handle.data
+                if isinstance(y, tl.tensor)
+                else np.asarray(y, dtype=x.handle.data.dtype)
+            )
             with np.errstate(all="ignore"):
                 return _wrap(fn(x.handle.data, yd), x)
 
         return apply
 
     tanh, expm1, log1p, tan, asin, acos, atan, sinh, cosh, trunc, nearbyint, isinf = (
-        _unary(_UNARY[n]) for n in ("tanh", "expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "trunc", "nearbyint", "isinf")
+        _unary(_UNARY[n])
+        for n in (
+            "tanh",
+            "expm1",
+            "log1p",
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "sinh",
+            "cosh",
+            "trunc",
+            "nearbyint",
+            "isinf",
+        )
     )
     atan2, pow, fmod = (_binary(_BINARY[n]) for n in ("atan2", "pow", "fmod"))
 else:
     from triton.language.extra import libdevice
 
     tanh, expm1, log1p, tan = libdevice.tanh, libdevice.expm1, libdevice.log1p, libdevice.tan
-    asin, acos, atan, sinh, cosh = libdevice.asin, libdevice.acos, libdevice.atan, libdevice.sinh, libdevice.cosh
+    asin, acos, atan, sinh, cosh = (
+        libdevice.asin,
+        libdevice.acos,
+        libdevice.atan,
+        libdevice.sinh,
+        libdevice.cosh,
+    )
     trunc, nearbyint, isinf = libdevice.trunc, libdevice.nearbyint, libdevice.isinf
     atan2, pow, fmod = libdevice.atan2, libdevice.pow, libdevice.fmod
 

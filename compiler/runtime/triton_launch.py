@@ -19,7 +19,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 def candidate_configs(config: dict) -> list[dict]:
     """The small search space of `max-autotune`, default first."""
-    kind, xnumel, rnumel = config["kind"], config["xnumel"], config["rnumel"]
+    kind, xnumel = config["kind"], config["xnumel"]
     base = {k: config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in config}
     out = [base]
     if kind == "pointwise":
@@ -33,7 +33,14 @@ def candidate_configs(config: dict) -> list[dict]:
                 for w in (4, 8) if rb >= 256 else (1, 4):
                     out.append({"XBLOCK": xb, "RBLOCK": rb, "num_warps": w})
     else:
-        for xb, rb, w in ((1, 1024, 4), (1, 2048, 8), (4, 512, 8), (8, 256, 4), (16, 128, 4), (64, 32, 4)):
+        for xb, rb, w in (
+            (1, 1024, 4),
+            (1, 2048, 8),
+            (4, 512, 8),
+            (8, 256, 4),
+            (16, 128, 4),
+            (64, 32, 4),
+        ):
             out.append({"XBLOCK": xb, "RBLOCK": rb, "num_warps": w})
     unique = []
     for c in out:
@@ -50,7 +57,9 @@ class TritonKernel:
         self.name = kernel.name
         self.meta = kernel.config
         self.xnumel = kernel.config["xnumel"]
-        self.config = {k: kernel.config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in kernel.config}
+        self.config = {
+            k: kernel.config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in kernel.config
+        }
         self.key = key
         self.autotune = mode == "max-autotune" and not INTERPRET
         if self.autotune:
@@ -101,7 +110,9 @@ class TritonKernel:
 def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:
     device = "interpreter" if INTERPRET else "cuda"
     module, _ = load_module(kernel.source, device)
-    return TritonKernel(getattr(module, kernel.name), kernel, mode, source_key(kernel.source, device))
+    return TritonKernel(
+        getattr(module, kernel.name), kernel, mode, source_key(kernel.source, device)
+    )
 
 
 def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
 from torch.utils._pytree import tree_flatten
 
 from compiler.ir.index import Index, IndexError_, Var, make_vars
@@ -69,7 +70,9 @@ def required_buffers(graph: Graph) -> set[str]:
     return need
 
 
-def inline(graph: Graph) -> tuple[list[Node], dict[str, dict[str, None]], dict[str, dict[str, None]]]:
+def inline(
+    graph: Graph,
+) -> tuple[list[Node], dict[str, dict[str, None]], dict[str, dict[str, None]]]:
     """The nodes that remain after substituting inlinable pointwise nodes into consumers
     (their bodies then read only materialised buffers), and for each node the aten node
     names (which name its kernel) and the FX nodes it now computes: its own and those of the
@@ -152,7 +155,9 @@ def _full_coords(node: Node, role: str, axes: tuple[int, ...]) -> tuple[tuple, t
     if role == "outer":
         return (), tuple(Index.of(v) for v in node.vars)
     ivars, rvars = iter(node.vars), iter(node.reduction_vars)
-    full = tuple(Index.of(next(rvars) if k in axes else next(ivars)) for k in range(len(node.input_size)))
+    full = tuple(
+        Index.of(next(rvars) if k in axes else next(ivars)) for k in range(len(node.input_size))
+    )
     return full, tuple(Index.of(v) for v in node.vars)
 
 
@@ -187,7 +192,11 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
     launches: list[_Group | ExternKernel] = []
     producer: dict[str, int] = {}
     for node in nodes:
-        deps = {ld.buf for ld in loads(node.body)} if not isinstance(node, ExternKernel) else _extern_deps(node)
+        deps = (
+            {ld.buf for ld in loads(node.body)}
+            if not isinstance(node, ExternKernel)
+            else _extern_deps(node)
+        )
         after = max((producer[d] for d in deps if d in producer), default=-1)
         if isinstance(node, ExternKernel):
             launches.append(node)
@@ -248,8 +257,13 @@ def schedule(graph: Graph) -> Schedule:
         for name in launch.writes:
             materialised[name] = layouts[name]
     return Schedule(
-        graph.inputs, graph.constants, tuple(out), materialised,
-        _frees(out, graph), graph.outputs, graph.source_lines,
+        graph.inputs,
+        graph.constants,
+        tuple(out),
+        materialised,
+        _frees(out, graph),
+        graph.outputs,
+        graph.source_lines,
     )
 
 
@@ -268,11 +282,20 @@ def _needed_outside(graph: Graph, launches: list) -> set[str]:
     return need
 
 
-def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict, origins: dict, counter: int) -> KernelGroup:
+def _finish(
+    g: _Group,
+    layouts: dict[str, Layout],
+    needed: set[str],
+    names: dict,
+    origins: dict,
+    counter: int,
+) -> KernelGroup:
     outer = make_vars("x", g.outer_size)
     red = make_vars("r", tuple(g.full_size[a] for a in g.axes))
     it_x, it_r = iter(outer), iter(red)
-    full = tuple(Index.of(next(it_r) if k in g.axes else next(it_x)) for k in range(len(g.full_size)))
+    full = tuple(
+        Index.of(next(it_r) if k in g.axes else next(it_x)) for k in range(len(g.full_size))
+    )
     outer_idx = tuple(Index.of(v) for v in outer)
     steps: list[Step] = []
     internal = {n.name: role for n, role in g.members}
@@ -291,7 +314,16 @@ def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict
         value = _refs(substitute(node.body, mapping), internal)
         loop = "inner" if role == "reduce" or (role == "full" and g.axes) else "outer"
         store = point if node.name in needed else None
-        steps.append(Step(node.name, loop, value, node.dtype, node.reduction_type if isinstance(node, Reduction) else None, store))
+        steps.append(
+            Step(
+                node.name,
+                loop,
+                value,
+                node.dtype,
+                node.reduction_type if isinstance(node, Reduction) else None,
+                store,
+            )
+        )
     steps, outer, red = _merge_dims(steps, outer, red, layouts)
     kind = "reduction" if g.axes else "pointwise"
     reads = tuple(dict.fromkeys(ld.buf for s in steps for ld in loads(s.value)))
@@ -299,7 +331,17 @@ def _finish(g: _Group, layouts: dict[str, Layout], needed: set[str], names: dict
     fused = tuple(dict.fromkeys(o for n, _ in g.members for o in origins.get(n.name, n.origins)))
     ops = {a for n, _ in g.members for a in names.get(n.name, {n.aten: None})}
     name = _kernel_name(kind, ops, counter)
-    return KernelGroup(name, kind, outer, red, tuple(steps), reads, writes, fused, tuple(n.name for n, _ in g.members))
+    return KernelGroup(
+        name,
+        kind,
+        outer,
+        red,
+        tuple(steps),
+        reads,
+        writes,
+        fused,
+        tuple(n.name for n, _ in g.members),
+    )
 
 
 def _refs(value: Value, internal: dict[str, str]) -> Value:
@@ -338,7 +380,9 @@ def _mergeable(a: Var, b: Var, exprs: list[Index]) -> bool:
     return True
 
 
-def _merge_dims(steps: list[Step], outer: tuple[Var, ...], red: tuple[Var, ...], layouts) -> tuple[list[Step], tuple[Var, ...], tuple[Var, ...]]:
+def _merge_dims(
+    steps: list[Step], outer: tuple[Var, ...], red: tuple[Var, ...], layouts
+) -> tuple[list[Step], tuple[Var, ...], tuple[Var, ...]]:
     """Merge adjacent loop dims `a, b` into one var `m` (a = m // |b|, b = m % |b|) where every
     address is linear in both with coeff(a) == coeff(b) * |b|; then renumber."""
     groups = {"x": list(outer), "r": list(red)}
@@ -346,7 +390,7 @@ def _merge_dims(steps: list[Step], outer: tuple[Var, ...], red: tuple[Var, ...],
     while changed:
         changed = False
         exprs = _index_exprs(steps, layouts)
-        for prefix, vs in groups.items():
+        for vs in groups.values():
             for k in range(len(vs) - 1):
                 a, b = vs[k], vs[k + 1]
                 if _mergeable(a, b, exprs):
@@ -377,7 +421,9 @@ def _subs_steps(steps: list[Step], mapping: dict[str, Index]) -> list[Step]:
     out = []
     for s in steps:
         store = tuple(i.subs(mapping) for i in s.store) if s.store is not None else None
-        out.append(Step(s.name, s.loop, substitute(s.value, mapping), s.dtype, s.reduction_type, store))
+        out.append(
+            Step(s.name, s.loop, substitute(s.value, mapping), s.dtype, s.reduction_type, store)
+        )
     return out
 
 
@@ -407,4 +453,3 @@ def _frees(launches: list[Launch], graph: Graph) -> tuple[tuple[str, ...], ...]:
         if b not in keep:
             frees[k].append(b)
     return tuple(tuple(sorted(f)) for f in frees)
-

@@ -22,7 +22,9 @@ def to_graph(fn: Callable | torch.nn.Module) -> torch.fx.GraphModule:
     return torch.fx.symbolic_trace(fn)
 
 
-def compile_and_run(fn: Callable | torch.nn.Module, *inputs: Any, mode: str | None = None) -> tuple[Any, GraphRecord, torch.fx.GraphModule]:
+def compile_and_run(
+    fn: Callable | torch.nn.Module, *inputs: Any, mode: str | None = None
+) -> tuple[Any, GraphRecord, torch.fx.GraphModule]:
     gm = to_graph(fn)
     record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
     with compiling_graph(record):
@@ -43,8 +45,14 @@ def _close(actual: Any, expected: Any, atol: float | None, rtol: float | None) -
             assert a == e
 
 
-def check(fn: Callable | torch.nn.Module, *inputs: Any, atol: float | None = None, rtol: float | None = None,
-          interpreter: bool = True, mode: str | None = None) -> GraphRecord:
+def check(
+    fn: Callable | torch.nn.Module,
+    *inputs: Any,
+    atol: float | None = None,
+    rtol: float | None = None,
+    interpreter: bool = True,
+    mode: str | None = None,
+) -> GraphRecord:
     """compile_fx(fn) == eager(fn) (== the IR interpreter) on `inputs`; returns the record."""
     gm = to_graph(fn)
     with torch.no_grad():

@@ -27,7 +27,12 @@ def _record(gm):
 
 def test_output_structures():
     x = rand(3)
-    for fn in (lambda x: x + 1, lambda x: [x * 2, x.sum()], lambda x: (x.sin(), None), lambda x: {"a": x.cos()}):
+    for fn in (
+        lambda x: x + 1,
+        lambda x: [x * 2, x.sum()],
+        lambda x: (x.sin(), None),
+        lambda x: {"a": x.cos()},
+    ):
         gm = torch.fx.symbolic_trace(fn)
         out = compile_fx(gm, [x])(x)
         expected = fn(x)
@@ -131,7 +136,13 @@ def test_debug_dir_dumps(tmp_path, monkeypatch):
     compile_fx(gm, [rand(2, 3)])
     d = tmp_path / "dbg" / "graph_0"
     names = sorted(p.name for p in d.iterdir())
-    assert names == ["aten_graph.py", "fx_graph.py", "ir_after_fusion.txt", "ir_before_fusion.txt", "output_code.py"]
+    assert names == [
+        "aten_graph.py",
+        "fx_graph.py",
+        "ir_after_fusion.txt",
+        "ir_before_fusion.txt",
+        "output_code.py",
+    ]
     assert "reducing" in (d / "ir_after_fusion.txt").read_text()
     assert "@triton.jit" in (d / "output_code.py").read_text()
 
@@ -147,7 +158,12 @@ compile_fx(gm, [x, x])(x, x)
 
 
 def test_second_process_finds_cached_kernels(tmp_path):
-    env = dict(os.environ, COMPILER_CACHE_DIR=str(tmp_path / "cache"), COMPILER_CPU_EMITTER="triton", TRITON_INTERPRET="1")
+    env = dict(
+        os.environ,
+        COMPILER_CACHE_DIR=str(tmp_path / "cache"),
+        COMPILER_CPU_EMITTER="triton",
+        TRITON_INTERPRET="1",
+    )
     env["PYTHONPATH"] = os.getcwd()
     subprocess.run([sys.executable, "-c", SECOND_PROCESS], env=env, check=True, timeout=120)
     files = sorted((tmp_path / "cache" / "kernels").glob("*.py"))

@@ -5,7 +5,15 @@ import pytest
 import torch
 
 from compiler.aot.trace import trace_forward
-from compiler.ir.index import Index, IndexError_, Var, contiguous_strides, flat_index, render, unflatten
+from compiler.ir.index import (
+    Index,
+    IndexError_,
+    Var,
+    contiguous_strides,
+    flat_index,
+    render,
+    unflatten,
+)
 from compiler.ir.interpret import run_graph
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import lower
@@ -26,14 +34,18 @@ def test_simplification_uses_ranges():
     assert e // 3 == Index.of(i)
     assert e % 3 == Index.of(j)
     assert (Index.of(j) + 5) // 8 == Index()
-    assert ((Index.of(i) * 2 - 1 + j)).bounds() == (-1, 7)
+    assert (Index.of(i) * 2 - 1 + j).bounds() == (-1, 7)
     with pytest.raises(IndexError_):
         (Index.of(i) - 1) // 2  # floor division of a possibly negative index is refused
 
 
 def test_index_matches_python_on_all_points():
     a, b = Var("a", 5), Var("b", 7)
-    exprs = [(Index.of(a) * 7 + b) // 3, ((Index.of(a) * 7 + b) % 10) // 2, (Index.of(b) * 2 + 1) % 5]
+    exprs = [
+        (Index.of(a) * 7 + b) // 3,
+        ((Index.of(a) * 7 + b) % 10) // 2,
+        (Index.of(b) * 2 + 1) % 5,
+    ]
     for va in range(5):
         for vb in range(7):
             env = {"a": va, "b": vb}

@@ -27,7 +27,12 @@ def _randomize_bn(model: nn.Module) -> nn.Module:
 class ResBlock(nn.Module):
     def __init__(self, c: int = 8):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, c, 3, 2, 1, bias=False),
+            nn.BatchNorm2d(c),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+        )
         self.conv1, self.bn1 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
         self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
         self.fc = nn.Linear(c, 5)
@@ -59,7 +64,10 @@ class DenseLayer(nn.Module):
     def __init__(self, c: int = 4, growth: int = 4):
         super().__init__()
         self.norm, self.conv = nn.BatchNorm2d(c), nn.Conv2d(c, growth, 3, 1, 1, bias=False)
-        self.norm2, self.conv2 = nn.BatchNorm2d(c + growth), nn.Conv2d(c + growth, growth, 1, bias=False)
+        self.norm2, self.conv2 = (
+            nn.BatchNorm2d(c + growth),
+            nn.Conv2d(c + growth, growth, 1, bias=False),
+        )
 
     def forward(self, x):
         y = self.conv(torch.relu(self.norm(x)))
@@ -82,9 +90,15 @@ def test_torchvision_resnet18_tiny_input():
 
 def test_tiny_bert_layer():
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, vocab_size=50, max_position_embeddings=16,
-                                     attn_implementation="eager")
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=50,
+        max_position_embeddings=16,
+        attn_implementation="eager",
+    )
     model = transformers.BertModel(config).eval().to(DEVICE)
     ids = torch.randint(0, 50, (2, 8), device=DEVICE)
 

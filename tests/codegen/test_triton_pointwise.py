@@ -29,20 +29,63 @@ def test_sin_cos_is_one_kernel():
     assert kernels[0].bytes_accessed == 3 * 1000 * 4
 
 
-UNARY = [torch.sin, torch.cos, torch.exp, torch.tanh, torch.sigmoid, torch.abs, torch.neg,
-         torch.sqrt, torch.rsqrt, torch.log, torch.log1p, torch.expm1, torch.erf, torch.floor,
-         torch.ceil, torch.round, torch.trunc, torch.sign, torch.reciprocal, torch.relu,
-         torch.atan, torch.asin, torch.exp2, torch.log2, torch.tan, torch.sinh]
+UNARY = [
+    torch.sin,
+    torch.cos,
+    torch.exp,
+    torch.tanh,
+    torch.sigmoid,
+    torch.abs,
+    torch.neg,
+    torch.sqrt,
+    torch.rsqrt,
+    torch.log,
+    torch.log1p,
+    torch.expm1,
+    torch.erf,
+    torch.floor,
+    torch.ceil,
+    torch.round,
+    torch.trunc,
+    torch.sign,
+    torch.reciprocal,
+    torch.relu,
+    torch.atan,
+    torch.asin,
+    torch.exp2,
+    torch.log2,
+    torch.tan,
+    torch.sinh,
+]
 
 
 @pytest.mark.parametrize("op", UNARY, ids=lambda f: f.__name__)
 def test_unary(op):
-    x = rand(7, 5).abs() * 0.9 + 0.05 if op in (torch.sqrt, torch.rsqrt, torch.log, torch.log2, torch.asin) else rand(7, 5)
+    x = (
+        rand(7, 5).abs() * 0.9 + 0.05
+        if op in (torch.sqrt, torch.rsqrt, torch.log, torch.log2, torch.asin)
+        else rand(7, 5)
+    )
     check(lambda x: (op(x),), x)
 
 
-BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minimum, torch.pow,
-          torch.atan2, torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.remainder]
+BINARY = [
+    torch.add,
+    torch.sub,
+    torch.mul,
+    torch.div,
+    torch.maximum,
+    torch.minimum,
+    torch.pow,
+    torch.atan2,
+    torch.eq,
+    torch.ne,
+    torch.lt,
+    torch.le,
+    torch.gt,
+    torch.ge,
+    torch.remainder,
+]
 
 
 @pytest.mark.parametrize("op", BINARY, ids=lambda f: f.__name__)
@@ -53,7 +96,9 @@ def test_binary_broadcast(op):
     check(lambda a, b: (op(a, b),), a, b)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]
+)
 def test_dtypes(dtype):
     def fn(x, y):
         if dtype == torch.bool:
@@ -68,14 +113,37 @@ def test_dtypes(dtype):
 def test_integer_division_semantics():
     a = torch.tensor([-7, -6, 7, 6, 0, 5], dtype=torch.int64, device=DEVICE)
     b = torch.tensor([2, -4, -3, 4, 3, -5], dtype=torch.int64, device=DEVICE)
-    check(lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
-                        torch.remainder(a, b), torch.fmod(a, b), a // b), a, b)
+    check(
+        lambda a, b: (
+            torch.div(a, b, rounding_mode="floor"),
+            torch.div(a, b, rounding_mode="trunc"),
+            torch.remainder(a, b),
+            torch.fmod(a, b),
+            a // b,
+        ),
+        a,
+        b,
+    )
 
 
 def test_casts_and_scalars():
     x = rand(6, 4)
-    check(lambda x: (x.to(torch.int32), (x * 3).to(torch.float16), x.to(torch.bool), x + 2.5, 3 - x,
-                     x.clamp(-0.5, 0.5), torch.where(x > 0, x, 0.0), x ** 2, x ** 0.5), x, atol=1e-3, rtol=1e-3)
+    check(
+        lambda x: (
+            x.to(torch.int32),
+            (x * 3).to(torch.float16),
+            x.to(torch.bool),
+            x + 2.5,
+            3 - x,
+            x.clamp(-0.5, 0.5),
+            torch.where(x > 0, x, 0.0),
+            x**2,
+            x**0.5,
+        ),
+        x,
+        atol=1e-3,
+        rtol=1e-3,
+    )
 
 
 def test_non_contiguous_and_channels_last():

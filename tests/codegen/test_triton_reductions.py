@@ -38,8 +38,21 @@ def test_reduction_each_dim(name, dim, keepdim):
 @pytest.mark.parametrize("n", [5, 3000])  # persistent and looped
 def test_full_and_looped_reductions(n):
     x = rand(3, n)
-    check(lambda x: (x.sum(), x.amax(1), x.argmax(1), x.var(1), x.mean((0, 1), keepdim=True),
-                     x.argmin(), (x > 0).any(1), (x > -10).all()), x, atol=1e-3, rtol=1e-4)
+    check(
+        lambda x: (
+            x.sum(),
+            x.amax(1),
+            x.argmax(1),
+            x.var(1),
+            x.mean((0, 1), keepdim=True),
+            x.argmin(),
+            (x > 0).any(1),
+            (x > -10).all(),
+        ),
+        x,
+        atol=1e-3,
+        rtol=1e-4,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.bool])
@@ -62,7 +75,9 @@ def test_softmax_and_layer_norm_fuse_into_one_kernel(n):
     w, b = rand(n), rand(n)
     record = check(lambda x: (x.softmax(-1),), rand(4, n), atol=1e-5, rtol=1e-4)
     assert len(triton_kernels(record)) == 1
-    record = check(lambda x, w, b: (F.layer_norm(x, (n,), w, b),), rand(4, n), w, b, atol=1e-4, rtol=1e-4)
+    record = check(
+        lambda x, w, b: (F.layer_norm(x, (n,), w, b),), rand(4, n), w, b, atol=1e-4, rtol=1e-4
+    )
     assert len(triton_kernels(record)) == 1
 
 
@@ -78,6 +93,13 @@ def test_batch_norm_inference_and_pooling():
     model = torch.nn.Sequential(bn, torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))
     x = rand(2, 4, 9, 9)
     check(model, x)
-    check(lambda x: (F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, (3, 3)), F.adaptive_avg_pool2d(x, 1),
-                     F.max_pool2d(x, 2)), x)
+    check(
+        lambda x: (
+            F.avg_pool2d(x, 2),
+            F.adaptive_avg_pool2d(x, (3, 3)),
+            F.adaptive_avg_pool2d(x, 1),
+            F.max_pool2d(x, 2),
+        ),
+        x,
+    )
     check(lambda x: (F.avg_pool2d(x, 3, 1, 1, count_include_pad=False),), x)  # runs as an extern

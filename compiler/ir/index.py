@@ -12,6 +12,7 @@ Operators: `i * 4 + j`, `i // 2`, `i % 3` (integer operands only).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Mapping, Union
 
@@ -202,8 +203,14 @@ class Index:
                 return None
         return coeff
 
+    @functools.cached_property
+    def var_names(self) -> frozenset[str]:
+        return frozenset(v.name for v in self.vars())
+
     def subs(self, mapping: Mapping[str, "IndexLike"]) -> "Index":
         """Replace variables (by name) with indices, re-simplifying."""
+        if self.var_names.isdisjoint(mapping):
+            return self
         out = Index.of(self.const)
         for atom, c in self.terms:
             out = out + _subs_atom(atom, mapping) * c

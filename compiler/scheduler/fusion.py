@@ -117,12 +117,17 @@ def _not_inlinable(n: Node, bodies: dict) -> list[str]:
     """Producers whose body cannot be evaluated at the coordinates `n` reads them at (a
     reshape's floor division at a padded, possibly negative, coordinate)."""
     out = []
-    for p in dict.fromkeys(ld.buf for ld in loads(n.body) if ld.buf in bodies):
+    shifted = (ld.buf for ld in loads(n.body) if ld.buf in bodies and _may_be_negative(ld))
+    for p in dict.fromkeys(shifted):
         try:
             inline_loads(n.body, {p: bodies[p]})
         except IndexError_:
             out.append(p)
     return out
+
+
+def _may_be_negative(ld: Load) -> bool:
+    return any(isinstance(i, Index) and i.bounds()[0] < 0 for i in ld.indices)
 
 
 def _with_body(n: Node, body: Value) -> Node:

@@ -159,7 +159,12 @@ class _Compiled:
         with self.stage("compile"):
             call = self._load(emitter, sched, kernels, source, device)
         self._records(sched, kernels, source)
-        return _runner(call, aot, self.mode, device)
+        mode = self.mode
+        if mode == "reduce-overhead" and any(n.startswith("inputs mutated") for n in notes):
+            # a CUDA graph would write the mutation into its static copy of the input
+            self.record.notes.append("reduce-overhead: no CUDA graph, the graph mutates its inputs")
+            mode = None
+        return _runner(call, aot, mode, device)
 
     def _load(
         self,

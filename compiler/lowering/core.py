@@ -87,6 +87,7 @@ class LoweringContext:
         self.notes: list[str] = []
         self.current: torch.fx.Node | None = None
         self.layouts: dict[str, Layout] = {}  # every buffer's own layout
+        self.mutated_inputs: list[str] = []  # graph inputs written back (in-place user code)
         self._count = 0
 
     # ---- names and provenance -----------------------------------------------------------
@@ -326,9 +327,21 @@ class LoweringContext:
                 return out
         if not isinstance(node.target, torch._ops.OpOverload):
             raise LoweringError(f"cannot lower call to {node.target}")
+        if node.target is torch.ops.aten.copy_.default and self._is_input(args[0]):
+            # functionalize writes mutated graph inputs back at the end: an in-place aten copy
+            self.mutated_inputs.append(args[0].view.buf)
+            return self.extern(node.target, args, kwargs, note=False)
         if node.target._schema.is_mutable:
             raise LoweringError(f"mutating op {_op_name(node.target)} in a functional graph")
         return self.extern(node.target, args, kwargs, note=True)
+
+    def _is_input(self, tv: Any) -> bool:
+        names = {b.name: b.layout for b in self.inputs}
+        return (
+            isinstance(tv, TensorValue)
+            and tv.view is not None
+            and names.get(tv.view.buf) == tv.view.layout
+        )
 
 
 def lower(aot: AotGraph, example_inputs: Sequence[torch.Tensor]) -> tuple[Graph, list[str]]:
@@ -338,7 +351,10 @@ def lower(aot: AotGraph, example_inputs: Sequence[torch.Tensor]) -> tuple[Graph,
 
     ctx = LoweringContext(aot)
     graph = ctx.run(example_inputs)
-    return graph, list(dict.fromkeys(ctx.notes))
+    notes = list(dict.fromkeys(ctx.notes))
+    if ctx.mutated_inputs:
+        notes.append(f"inputs mutated in place: {', '.join(ctx.mutated_inputs)}")
+    return graph, notes
 
 
 # ---- small helpers shared by the rule modules -----------------------------------------------

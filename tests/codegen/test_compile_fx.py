@@ -179,3 +179,23 @@ def test_modes_are_accepted_on_cpu():
     x = rand(4)
     for mode in ("reduce-overhead", "max-autotune", "default", None):
         torch.testing.assert_close(compile_fx(gm, [x], mode=mode)(x)[0], x * 3)
+
+
+def test_in_place_update_of_an_input():
+    def fn(x, y):
+        x.add_(1)
+        y.mul_(2)
+        return (x * y,)
+
+    gm = torch.fx.symbolic_trace(fn)
+    x, y = rand(5), rand(5)
+    xe, ye = x.clone(), y.clone()
+    expected = fn(xe, ye)
+    record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
+    with compiling_graph(record):
+        compiled = compile_fx(gm, [x.clone(), y.clone()])
+    out = compiled(x, y)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close((x, y), (xe, ye))
+    assert record.fallback is None
+    assert any("mutated" in n for n in record.notes)

@@ -48,20 +48,26 @@ BACKEND_NOTE = md("""
 code generator is available; otherwise it runs its Triton kernels in Triton's interpreter
 (`TRITON_INTERPRET=1`), which is only practical for the small shapes used in these notebooks.
 Graphs it cannot generate code for run their torch ops eagerly, and the inspector says so.
-The helper below reads the kernel languages of a compiled function from its records, so each
-notebook reports what this machine actually ran.
+The helper below reads a compiled function's records and says what this machine actually ran:
+how many graphs, which kernel languages, and any part that fell back to eager.
 """)
 
 HELPERS = code('''
-def kernel_languages(compiled_fn):
-    """The languages of the kernels generated for `compiled_fn` ("cpp", "triton", "extern")."""
-    report = compiler.inspect(compiled_fn)
-    return sorted({k.language for f in report.functions for g in f.graphs for k in g.kernels})
-
-
 def describe_run(compiled_fn):
-    languages = kernel_languages(compiled_fn) or ["none: the graphs ran as torch ops"]
-    print(f"device: {device}; kernels generated: {', '.join(languages)}")
+    """What the compiler made of `compiled_fn` on this machine, read from its records."""
+    report = compiler.inspect(compiled_fn)
+    graphs = [g for f in report.functions for g in f.graphs]
+    languages = sorted({k.language for g in graphs for k in g.kernels})
+    if not graphs:
+        made = "no graphs captured, it ran eagerly"
+    elif not languages:
+        made = f"{len(graphs)} graph(s), run as torch ops (no kernels generated)"
+    else:
+        made = f"{len(graphs)} graph(s), kernels: {', '.join(languages)}"
+    print(f"device: {device}; {made}")
+    for f in report.functions:
+        for warning in f.warnings:
+            print(f"  {f.qualname}: {warning}")
 ''')
 
 SETUP = code("""
@@ -752,8 +758,10 @@ print(len(compiler.inspect(scale).functions[0].entries), "entries")
     md("""
 ## Dynamic shapes
 
-With `dynamic=True` the sizes of tensors become symbols instead of constants, so one entry
-serves every size; with `dynamic=False` each new size is a recompile.
+With `dynamic=False` every tensor size is a constant of the compiled code, so each new size
+is a recompile. `dynamic=True` asks the tracer to make sizes symbols instead, so that one entry
+can serve every size. The output shows how many entries each version needed in this build and
+why each recompile happened.
 """),
     code("""
 def norm(x):
@@ -781,8 +789,9 @@ spend more time launching than computing. With `mode="reduce-overhead"` the comp
 kernels are recorded once into a *CUDA graph* and replayed with a single launch; inputs are
 copied into static buffers first, because a CUDA graph always reads the same addresses.
 
-CUDA graphs exist only on CUDA devices. On a CPU the mode has nothing to capture: the
-compiled code runs as in the default mode, and the graph's record carries a note saying so.
+CUDA graphs exist only on CUDA devices. On a CPU the mode has nothing to capture, and the
+compiled code should run as in the default mode. The cell prints what this build recorded for
+the graph: its notes, and the reason if the backend fell back to running it eagerly.
 """),
     code("""
 def mlp(x, w1, w2):
@@ -801,6 +810,9 @@ print("mode:", report.mode)
 for graph in report.functions[0].graphs:
     for note in graph.notes:
         print("note:", note)
+    if graph.fallback:
+        print("ran eagerly:", graph.fallback)
+describe_run(fast_mlp)
 """),
     md("""
 ## Reading the generated kernels

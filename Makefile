@@ -50,4 +50,4 @@ test: setup
 # on Binder and after a plain `pip install jupyter-compile`.
 lab: setup
 	@echo "Notebooks load the extension with: %load_ext jupyter_compile"
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(if $(SUDO),,--allow-root) notebooks/

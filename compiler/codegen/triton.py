@@ -322,8 +322,11 @@ class _KernelWriter:
         static, _ = address(self.buffers[step.name], step.store)
         level = 2 if step.loop == "inner" and step.reduction_type is None else 1
         addr = render(static)
-        if self.index_level(static) == 0:
+        kinds = {self.var_level(v) for v in static.vars()}
+        if not kinds:
             addr = f"tl.full({self.shape(level)}, {addr}, tl.int32)"
+        elif level == 2 and kinds != {1, 2}:  # tl.store does not broadcast the pointer
+            addr = f"{addr} + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
         text, vlevel = var
         if not text.startswith("tmp"):  # a literal
             text = f"tl.full({self.shape(level)}, {text}, {TL_DTYPES[step.dtype]})"
@@ -339,6 +342,9 @@ class _KernelWriter:
         if not vars_:
             return
         numel = math.prod(v.size for v in vars_)
+        if numel == 0:  # nothing runs; keep every var a block so shapes still agree
+            scope.lines += [f"{scope.indent}{var.name} = {flat}" for var in vars_]
+            return
         for var, idx in zip(vars_, unflatten(Var(flat, numel), tuple(v.size for v in vars_))):
             scope.lines.append(f"{scope.indent}{var.name} = {render(idx)}")
 

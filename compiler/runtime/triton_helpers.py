@@ -86,16 +86,67 @@ if INTERPRET:
 else:
     from triton.language.extra import libdevice
 
-    tanh, expm1, log1p, tan = libdevice.tanh, libdevice.expm1, libdevice.log1p, libdevice.tan
-    asin, acos, atan, sinh, cosh = (
-        libdevice.asin,
-        libdevice.acos,
-        libdevice.atan,
-        libdevice.sinh,
-        libdevice.cosh,
-    )
-    trunc, nearbyint, isinf = libdevice.trunc, libdevice.nearbyint, libdevice.isinf
-    atan2, pow, fmod = libdevice.atan2, libdevice.pow, libdevice.fmod
+    # jit wrappers: libdevice functions must be called from jit code that names the
+    # libdevice module itself (a bare alias reached through this module is not resolved)
+    @triton.jit
+    def tanh(x):
+        return libdevice.tanh(x)
+
+    @triton.jit
+    def expm1(x):
+        return libdevice.expm1(x)
+
+    @triton.jit
+    def log1p(x):
+        return libdevice.log1p(x)
+
+    @triton.jit
+    def tan(x):
+        return libdevice.tan(x)
+
+    @triton.jit
+    def asin(x):
+        return libdevice.asin(x)
+
+    @triton.jit
+    def acos(x):
+        return libdevice.acos(x)
+
+    @triton.jit
+    def atan(x):
+        return libdevice.atan(x)
+
+    @triton.jit
+    def sinh(x):
+        return libdevice.sinh(x)
+
+    @triton.jit
+    def cosh(x):
+        return libdevice.cosh(x)
+
+    @triton.jit
+    def trunc(x):
+        return libdevice.trunc(x)
+
+    @triton.jit
+    def nearbyint(x):
+        return libdevice.nearbyint(x)
+
+    @triton.jit
+    def isinf(x):
+        return libdevice.isinf(x)
+
+    @triton.jit
+    def atan2(x, y):
+        return libdevice.atan2(x, y)
+
+    @triton.jit
+    def pow(x, y):
+        return libdevice.pow(x, y)
+
+    @triton.jit
+    def fmod(x, y):
+        return libdevice.fmod(x, y)
 
 
 # ---- reduction combine functions (NaN-propagating like torch) -------------------------------

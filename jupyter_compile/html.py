@@ -113,17 +113,18 @@ def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) 
         title = f' title="{esc(mark.title)}"' if mark.title else ""
         rows.append(
             f'<tr class="jc-line" data-line="{lineno}"{title} style="{bg}">'
-            f'<td style="{MONO} color: #999; text-align: right; padding: 0 8px; '
+            f'<td style="{MONO} color: #999; text-align: right; width: 1%; padding: 0 8px; '
             f'user-select: none; {border}">{lineno}</td>'
-            f'<td style="{MONO} white-space: pre; padding: 0 6px;">{line_html or " "}</td>'
+            f'<td style="{MONO} white-space: pre; text-align: left; padding: 0 6px;">'
+            f"{line_html or ' '}</td>"
             f'<td class="jc-tags" style="{MONO} color: #777; font-size: 11px; text-align: right; '
-            f'padding: 0 6px; white-space: nowrap;">{" ".join(esc(t) for t in mark.tags)}</td></tr>'
+            f'padding: 0 6px;">{" ".join(esc(t) for t in mark.tags)}</td></tr>'
         )
         for note in mark.notes:
             rows.append(
                 f'<tr class="jc-break"><td style="border-left: 4px solid {BREAK_COLOR};"></td>'
-                f'<td colspan="2" style="{MONO} color: {BREAK_COLOR}; padding: 1px 6px 3px 22px; '
-                'white-space: pre-wrap;">'
+                f'<td colspan="2" style="{MONO} color: {BREAK_COLOR}; text-align: left; '
+                'padding: 1px 6px 3px 22px; white-space: pre-wrap;">'
                 f"&#9888; graph break: {esc(note)}</td></tr>"
             )
     return (
@@ -145,8 +146,8 @@ def table(
     body = []
     for row in rows:
         tds = "".join(
-            f'<td style="padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top;'
-            f'{MONO if i in mono else ""}">{cell(v)}</td>'
+            '<td style="padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; '
+            f'text-align: left;{MONO if i in mono else ""}">{cell(v)}</td>'
             for i, v in enumerate(row)
         )
         body.append(f"<tr>{tds}</tr>")

@@ -57,7 +57,9 @@ def line_marks(
         for line in unique_lines(kref.kernel.source_lines):
             if in_function(fn, line):
                 mark = marks.setdefault(line.lineno, LineMark())
-                mark.tags = (*mark.tags, f"→ {kref.kernel.name}")
+                tag = f"→ {kref.kernel.name}"  # recompiled graphs can reuse a kernel name
+                if tag not in mark.tags:
+                    mark.tags = (*mark.tags, tag)
     for brk in [b for f in report.functions for b in f.breaks]:
         found = _break_note(brk, fn)
         if found is None:

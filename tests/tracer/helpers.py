@@ -265,10 +265,18 @@ def check(
         args, kw = make(list(arg_factories)), make(dict(kwargs))
         e_args, c_args = clone(args), clone(args)
         e_kw, c_kw = clone(kw), clone(kw)
+        grad_mode = torch.is_grad_enabled()
         e_out, e_err = run(fn, e_args, e_kw)
+        e_mode = torch.is_grad_enabled()
+        torch.set_grad_enabled(grad_mode)
         c_out, c_err = run(compiled, c_args, c_kw)
-        assert_same_exception(e_err, c_err)
+        c_mode = torch.is_grad_enabled()
+        torch.set_grad_enabled(grad_mode)
         where = f"call {call}"
+        assert c_mode == e_mode, (
+            f"{where}: grad mode is {c_mode} after the compiled call, {e_mode} after eager"
+        )
+        assert_same_exception(e_err, c_err)
         if e_err is None:
             assert_same(e_out, c_out, f"{where}: out", **tol)
             assert_same_aliasing(e_args, e_out, c_args, c_out)

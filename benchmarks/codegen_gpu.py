@@ -126,7 +126,11 @@ def bench(name: str, fn: Callable, args: tuple, iters: int, extra: str = "") -> 
                         f"{label} {mode} failed: {type(exc).__name__}: {str(exc)[:120]}"
                     )
                 if label == "ours" and mode == "default":
-                    report = compiler.inspect(compiled) if hasattr(compiler, "inspect") else None
+                    try:
+                        report = compiler.inspect(compiled)
+                    except Exception as exc:
+                        report = None
+                        row["notes"].append(f"inspect failed: {exc}")
                     if report is not None:
                         kernels = report.kernels
                         falls = [g.fallback for g in report.graphs if g.fallback]

@@ -60,7 +60,11 @@ def test_gathers():
 
 def test_arange_and_factories():
     check(
-        lambda x: (x + torch.arange(5), torch.zeros_like(x) + 1, torch.full((2, 5), 3.0) * x),
+        lambda x: (
+            x + torch.arange(5, device=x.device),
+            torch.zeros_like(x) + 1,
+            torch.full((2, 5), 3.0, device=x.device) * x,
+        ),
         rand(2, 5),
     )
 

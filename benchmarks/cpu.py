@@ -102,12 +102,12 @@ def cold_worker(workload: str, runner: str) -> dict:
     return {"compile_s": max(first - min(steady), 0.0), "path": path}
 
 
-def steady_worker(workload: str, repeat: int) -> dict:
+def steady_worker(workload: str, repeat: int, runners: list[str]) -> dict:
     """All runners in one process, their calls interleaved round-robin, so a change in
     machine load (other jobs on a shared 2-core machine) hits every column alike."""
     results: dict = {}
     with torch.no_grad():
-        built = {r: _build(workload, r) for r in RUNNERS}
+        built = {r: _build(workload, r) for r in runners}
         ref = None
         for r, (fn, inputs, path) in built.items():
             out = fn(*inputs)
@@ -154,6 +154,7 @@ def main() -> None:
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--runners", default=",".join(RUNNERS), help="a subset, for quick checks")
     parser.add_argument("--cold", nargs=2, metavar=("WORKLOAD", "RUNNER"), help=argparse.SUPPRESS)
     parser.add_argument("--steady", metavar="WORKLOAD", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -161,7 +162,7 @@ def main() -> None:
         print(json.dumps(cold_worker(*args.cold)))
         return
     if args.steady:
-        print(json.dumps(steady_worker(args.steady, args.repeat)))
+        print(json.dumps(steady_worker(args.steady, args.repeat, args.runners.split(","))))
         return
 
     cpu = next(
@@ -182,11 +183,13 @@ def main() -> None:
     )
     rows = []
     for workload in args.workloads.split(","):
-        results = run_isolated(["--steady", workload, "--repeat", str(args.repeat)])
+        results = run_isolated(
+            ["--steady", workload, "--repeat", str(args.repeat), "--runners", args.runners]
+        )
         if "error" in results:
             print(f"# {workload}: steady-state run failed: {results['error']}")
-            results = {r: {} for r in RUNNERS}
-        for r in ("ours", "torch.compile"):
+        results = {r: results.get(r, {}) for r in RUNNERS}
+        for r in [r for r in ("ours", "torch.compile") if r in args.runners.split(",")]:
             cold = run_isolated(["--cold", workload, r])
             if "error" in cold:
                 print(f"# {workload} / {r}: cold compile failed: {cold['error']}")

@@ -414,18 +414,15 @@ class _KernelWriter:
         # mask above it, so the masked-off value is never observed, and without the select
         # the parameter math is loop-invariant and hoisted by the compiler.
         mask = self.value(load.mask) if load.mask is not None and not in_bounds else None
-        if mask is not None and layout.storage_size() > 0:
-            # Read a valid element where the mask is off instead of branching around the load.
-            index = f"{mask} ? ({index}) : {layout.offset}"
         expr = _load_expr(ptr, index, layout.dtype)
         if layout.dtype != load.dtype:
             expr = _convert(expr, layout.dtype, load.dtype)
         if mask is None:
             return expr
-        if layout.storage_size() > 0:
-            raw = self.tmp()
-            self.emit(f"const {COMPUTE_TYPE[load.dtype]} {raw} = {expr};")
-            expr = raw
+        # The load stays inside the select: GCC turns it into a masked vector load when the
+        # address is contiguous (a concatenation's pieces), touching no memory where the
+        # mask is off, where an always-executed load with a clamped address would need
+        # gathers.
         return f"({mask} ? {expr} : static_cast<{COMPUTE_TYPE[load.dtype]}>(0))"
 
     def ref(self, name: str) -> str:

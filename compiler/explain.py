@@ -53,7 +53,7 @@ class ExplainOutput:
 def explain_records(functions: list[FunctionRecord]) -> ExplainOutput:
     entries = [e for f in functions for e in f.entries]
     graphs = [e.graph for e in entries if e.graph is not None]
-    breaks = [e.graph_break for e in entries if e.graph_break is not None]
+    breaks = _distinct_breaks(entries)
     ops = [
         [_op_name(n) for n in g.graph_module.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
         for g in graphs
@@ -71,6 +71,25 @@ def explain_records(functions: list[FunctionRecord]) -> ExplainOutput:
         compile_times=times,
         functions=functions,
     )
+
+
+def _distinct_breaks(entries: list) -> list[GraphBreak]:
+    """A break inside a called function also ends the caller's graph at the call, and the
+    callee's own entry records it again. Count each break once: among the records of one
+    break (same reason, same innermost line), those whose entry captured a graph."""
+    groups: dict[tuple, list] = {}
+    for e in entries:
+        b = e.graph_break
+        if b is None:
+            continue
+        inner = b.user_stack[-1] if b.user_stack else None
+        key = (b.reason, inner.filename, inner.lineno) if inner else (b.reason, id(b))
+        groups.setdefault(key, []).append(e)
+    out = []
+    for group in groups.values():
+        with_graph = [e for e in group if e.graph is not None]
+        out.extend(e.graph_break for e in (with_graph or group[:1]))
+    return out
 
 
 def _op_name(node: torch.fx.Node) -> str:

@@ -16,8 +16,13 @@ def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> C
 
 
 @_builtin("inductor")
-def inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
+def inductor(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[torch.Tensor],
+    mode: str | None = None,
+    options: dict | None = None,
+) -> Callable:
     """Our code generator (compiler/codegen)."""
     from compiler.codegen.compile_fx import compile_fx
 
-    return compile_fx(gm, example_inputs)
+    return compile_fx(gm, example_inputs, mode=mode, options=options)

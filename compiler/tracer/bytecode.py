@@ -41,6 +41,7 @@ class Code:
     cellvars: tuple[str, ...]
     freevars: tuple[str, ...]
     unsupported: str | None = None  # why the whole frame must run natively
+    is_generator: bool = False  # generators are only inlined, run to completion
     by_offset: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -75,7 +76,7 @@ KNOWN_OPCODES = frozenset(
     POP_JUMP_BACKWARD_IF_NONE POP_JUMP_BACKWARD_IF_NOT_NONE JUMP_IF_FALSE_OR_POP
     JUMP_IF_TRUE_OR_POP RETURN_VALUE RETURN_CONST FORMAT_VALUE CALL_INTRINSIC_1
     BEFORE_WITH PUSH_EXC_INFO WITH_EXCEPT_START POP_EXCEPT RERAISE RAISE_VARARGS
-    LOAD_ASSERTION_ERROR IMPORT_NAME IMPORT_FROM
+    LOAD_ASSERTION_ERROR IMPORT_NAME IMPORT_FROM DELETE_ATTR RETURN_GENERATOR YIELD_VALUE
     """.split()
 )
 
@@ -118,14 +119,14 @@ def decode(code: types.CodeType) -> Code:
         by_offset=by_offset,
     )
     decoded.unsupported = _unsupported_reason(code, instructions)
+    decoded.is_generator = bool(code.co_flags & 0x20)
     _CACHE[code] = decoded
     return decoded
 
 
 def _unsupported_reason(code: types.CodeType, instructions: list[Instr]) -> str | None:
-    flags = code.co_flags
-    if flags & (0x20 | 0x80 | 0x100 | 0x200):  # generator, coroutine, iterable coroutine, async gen
-        return "generators and coroutines are not traced; the function runs eagerly"
+    if code.co_flags & (0x80 | 0x100 | 0x200):  # coroutine, iterable coroutine, async generator
+        return "coroutines are not traced; the function runs eagerly"
     ops = [i.opname for i in instructions]
     unknown = sorted({op for op in ops if op not in KNOWN_OPCODES})
     if unknown:

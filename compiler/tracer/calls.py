@@ -3,7 +3,6 @@ and which ends the graph (runs in Python)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import operator
@@ -39,6 +38,7 @@ from compiler.tracer.variables import (
     MethodVar,
     NewObjectVar,
     ObjVar,
+    PartialVar,
     SetVar,
     SuperVar,
     TensorVar,
@@ -129,6 +129,12 @@ def is_torch_function(fn: Any) -> bool:
 def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if isinstance(fn, FunctionVar):
         real = fn.fn
+        orig = getattr(real, "_orig_fn", None)
+        if orig is not None and getattr(real, "__compiled__", None) is not None:
+            # A compiled function called from compiled code: trace its original into this graph.
+            return call(tx, FunctionVar(fn=orig, source=f"{fn.source}._orig_fn" if fn.source else None), args, kwargs)
+        if real is not None and real.__code__.co_name == "decorate_context" and hasattr(real, "__wrapped__"):
+            return _call_grad_decorated(tx, fn, args, kwargs)
         if real is not None:
             special = _SPECIAL.get(real)
             if special is not None:
@@ -147,6 +153,8 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return ConstVar(None)
     if isinstance(fn, ObjVar):
         return _call_object(tx, fn, args, kwargs)
+    if isinstance(fn, PartialVar):
+        return call(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})
     if isinstance(fn, ConstVar) and callable(fn.value):
         return _call_object(tx, ObjVar(fn.value), args, kwargs)
     raise Break(f"calling {describe(fn)} is not traced")
@@ -162,12 +170,12 @@ def _call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]
         special = None
     if special is not None:
         return special(tx, args, kwargs)
+    if _is_pure_builtin(value):
+        return _fold(tx, value, args, kwargs)
     if isinstance(value, type):
         return _construct(tx, fn, args, kwargs)
     if is_torch_function(value):
         return torch_call(tx, value, args, kwargs)
-    if _is_pure_builtin(value):
-        return _fold(tx, value, args, kwargs)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         self_src = f"{fn.source}.__self__" if fn.source else None
         self_var = wrap(tx, value.__self__, self_src) if self_src else wrap_unguarded(value.__self__)
@@ -197,6 +205,11 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
     if hooks:
         raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python")
     forward = mod.__dict__.get("forward")
+    if getattr(type(mod), "__compiled__", None) is not None and hasattr(type(mod), "_orig_mod"):
+        # A module from compiler.compile called from compiled code: trace its original forward.
+        original = type(mod).__mro__[1]
+        fwd = inspect.getattr_static(original, "forward")
+        return call(tx, FunctionVar(fn=fwd), [mod_var, *args], kwargs)
     if forward is not None:
         return call(tx, wrap(tx, forward, f"{mod_var.source}.forward") if mod_var.source else ObjVar(forward), args, kwargs)
     forward = inspect.getattr_static(type(mod), "forward")
@@ -295,17 +308,6 @@ def _construct(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, V
         bound = inspect.signature(cls).bind(*args, **kwargs)
         bound.apply_defaults()
         return TupleVar([_as_var(v) for v in bound.arguments.values()], cls=cls)
-    if dataclasses.is_dataclass(cls) and not _has_custom_init(cls):
-        fields = [f.name for f in dataclasses.fields(cls)]
-        values: dict[str, Var] = {}
-        for f, a in zip(fields, args):
-            values[f] = a
-        values.update(kwargs)
-        for f in dataclasses.fields(cls):
-            if f.name not in values:
-                default = f.default if f.default is not dataclasses.MISSING else None
-                values[f.name] = wrap_unguarded(default)
-        return NewObjectVar(cls, values)
     if issubclass(cls, torch.nn.Module) and cls.__module__.startswith("torch.nn") and not contains_tensor(
         TupleVar(list(args) + list(kwargs.values()))
     ):
@@ -315,14 +317,49 @@ def _construct(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, V
         return ObjVar(module)
     if cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(is_python_constant(a) for a in args):
         return _fold(tx, cls, args, kwargs)
+    if cls is functools.partial and args:
+        return PartialVar(args[0], list(args[1:]), dict(kwargs))
+    if _is_plain_class(cls):
+        obj = NewObjectVar(cls, {})
+        init = inspect.getattr_static(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            call(tx, FunctionVar(fn=init), [obj, *args], kwargs)
+        elif args or kwargs:
+            raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
+        return obj
     raise Break(f"constructing a {cls.__qualname__} runs in Python")
 
 
-def _has_custom_init(cls: type) -> bool:
-    init = cls.__dict__.get("__init__")
-    return init is not None and "__create_fn__" not in getattr(init, "__qualname__", "") and not getattr(
-        init, "__module__", ""
-    ).startswith("dataclasses") and not hasattr(cls, "__dataclass_params__")
+def _is_plain_class(cls: type) -> bool:
+    """A Python class whose instances are plain objects with a __dict__: built symbolically."""
+    if type(cls) is not type or cls.__module__ == "builtins" or is_skipped_module(cls.__module__):
+        return False
+    if any("__slots__" in k.__dict__ for k in cls.__mro__[:-1]):
+        return False
+    return all(k is object or "__new__" not in k.__dict__ for k in cls.__mro__) and not issubclass(
+        cls, (BaseException, torch.nn.Module, torch.Tensor)
+    )
+
+
+def is_skipped_module(module: str) -> bool:
+    return module.split(".")[0] in SKIP_PACKAGES or module.split(".")[0] == "torch"
+
+
+def _call_grad_decorated(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """A function decorated with @torch.no_grad() / @torch.enable_grad(): the wrapped function
+    is inlined with the grad mode switched around it."""
+    real = fn.fn
+    closure = dict(zip(real.__code__.co_freevars, (c.cell_contents for c in real.__closure__ or ())))
+    factory = closure.get("ctx_factory")
+    ctx = factory() if callable(factory) else None
+    if type(ctx) not in (torch.no_grad, torch.enable_grad):
+        raise Break(f"call to {describe(fn)} runs in Python (a context-manager decorator)")
+    enabled = type(ctx) is torch.enable_grad
+    prev = tx.builder.grad_enabled
+    tx.builder.set_grad_enabled(enabled)
+    result = call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
+    tx.builder.set_grad_enabled(prev)
+    return result
 
 
 def _as_var(v: Any) -> Var:
@@ -384,6 +421,11 @@ def _reduce_builtin(tx: Tracer, fn: Callable, args: list[Var]) -> Var:
 
 
 def _len(tx: Tracer, v: Var) -> Var:
+    if isinstance(v, ConstVar):
+        try:
+            return ConstVar(len(v.value))
+        except TypeError as e:
+            raise Break(f"len() raised TypeError: {e}") from None
     if isinstance(v, (ListVar, TupleVar, SetVar)):
         return ConstVar(len(v.items))
     if isinstance(v, DictVar):
@@ -519,6 +561,18 @@ def _next(tx, args, kwargs):
     raise Break("next() on an exhausted or unknown iterator")
 
 
+def _map(tx, args, kwargs):
+    columns = [unpack_iterable(tx, a) for a in args[1:]]
+    return IteratorVar([call(tx, args[0], list(row), {}) for row in zip(*columns)])
+
+
+def _filter(tx, args, kwargs):
+    items = unpack_iterable(tx, args[1])
+    if isinstance(args[0], ConstVar) and args[0].value is None:
+        return IteratorVar([i for i in items if truth(tx, i)])
+    return IteratorVar([i for i in items if truth(tx, call(tx, args[0], [i], {}))])
+
+
 def _print(tx, args, kwargs):
     raise Break("print() writes output; it runs in Python")
 
@@ -558,8 +612,9 @@ def _grad_ctx(enabled: bool) -> Callable:
 
 def _set_grad_enabled(tx, args, kwargs):
     enabled = bool(as_python_constant(args[0]))
+    prev = tx.builder.grad_enabled
     tx.builder.set_grad_enabled(enabled)
-    return GradModeVar(enabled)
+    return GradModeVar(enabled, prev)
 
 
 def _is_grad_enabled(tx, args, kwargs):
@@ -608,6 +663,8 @@ _SPECIAL: dict[Any, Callable] = {
     iter: _iter,
     next: _next,
     print: _print,
+    map: _map,
+    filter: _filter,
     type: _type,
     callable: _callable,
     super: _super,

@@ -58,7 +58,23 @@ def step(frame: RealFrame, ins: Instr, call_real: CallReal) -> None:
     handler = _HANDLERS.get(ins.opname)
     if handler is None:
         raise RuntimeError(f"the frame evaluator cannot run {ins.opname}")
-    handler(frame, ins, call_real)
+    try:
+        handler(frame, ins, call_real)
+    except Returned:
+        raise
+    except Exception as e:
+        _raise_at_user_line(e, frame, ins)
+
+
+def _raise_at_user_line(exc: Exception, frame: RealFrame, ins: Instr) -> None:
+    """Re-raise `exc` from a frame that carries the user's file, line and function name, so the
+    traceback points at the user's line as it does in eager."""
+    if getattr(exc, "_compiler_user_frame", None) == (frame.code.code, ins.lineno) or not ins.lineno:
+        raise exc
+    exc._compiler_user_frame = (frame.code.code, ins.lineno)
+    code = compile("\n" * (ins.lineno - 1) + "raise ___exc", frame.code.code.co_filename, "exec")
+    code = code.replace(co_name=frame.fn_name or frame.code.code.co_name)
+    exec(code, {"___exc": exc})
 
 
 def _builtins(frame: RealFrame) -> dict:
@@ -371,6 +387,7 @@ _HANDLERS: dict[str, Callable] = {
     "CALL_INTRINSIC_1": _intrinsic,
     "BINARY_SUBSCR": lambda f, i, c: f.stack.append(operator.getitem(f.stack.pop(-2), f.stack.pop())),
     "BINARY_SLICE": lambda f, i, c: f.stack.append(_slice3(f)),
+    "DELETE_ATTR": lambda f, i, c: delattr(f.stack.pop(), i.argval),
     "STORE_SUBSCR": _store_subscr, "STORE_SLICE": _store_slice, "DELETE_SUBSCR": _delete_subscr,
     "BUILD_TUPLE": _build(tuple), "BUILD_LIST": _build(list), "BUILD_SET": _build(set),
     "BUILD_MAP": _build(lambda items: dict(zip(items[::2], items[1::2]))),

@@ -89,6 +89,10 @@ class CompileContext:
                 source=_source_of(fn),
             )
             state = CodeState(decoded, record)
+            if decoded.is_generator and not decoded.unsupported:
+                decoded_reason = "generator functions run eagerly (they are traced only when inlined)"
+                state.native = decoded_reason
+                record.warnings.append(decoded_reason)
             if decoded.unsupported:
                 state.native = decoded.unsupported
                 record.warnings.append(decoded.unsupported)
@@ -201,6 +205,7 @@ def call_from_python(ctx: CompileContext, target: Any, args: list, kwargs: dict)
 
 
 def _compilable(target: Any, args: list) -> tuple[types.FunctionType | None, list]:
+    target = getattr(target, "_orig_fn", target)  # a compiled function called from compiled code
     if isinstance(target, types.FunctionType):
         if is_skipped(target) or is_torch_function(target):
             return None, args
@@ -276,7 +281,7 @@ def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: d
 def _trace(state: CodeState, frame: RealFrame, L: dict) -> tuple[TraceResult, Tracer]:
     break_at = None
     for _ in range(4):
-        tracer = Tracer(state.code, frame.globals, L, frame.stack, frame.cells, frame.pc, break_at, frame.fn_name)
+        tracer = Tracer(state.code, frame.globals, frame.locals, L, frame.stack, frame.cells, frame.pc, break_at, frame.fn_name)
         with torch.set_grad_enabled(torch.is_grad_enabled()):
             result = tracer.run()
         if result.kind != "restart":
@@ -302,6 +307,8 @@ def _build_entry(
         live = [result.value]
     else:
         live = [*end_frame.locals.values(), *end_frame.stack, *end_frame.cells.values()]
+    mutated = [v for v in tracer.external_containers if v.mutated]
+    live.extend(mutated)
     found: list = []
     seen: set[int] = set()
     for v in live:
@@ -319,10 +326,13 @@ def _build_entry(
     guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}")
     fetch, _ = compile_fetch([t.source for t in builder.inputs], tracer.guards.namespace)
     if result.kind == "return":
-        rebuild, _ = compile_rebuild("return", result.value, None, None, None, outputs, tracer.guards.namespace)
+        rebuild, _ = compile_rebuild(
+            "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated
+        )
     else:
         rebuild, _ = compile_rebuild(
-            "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace
+            "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace,
+            mutated,
         )
     graph_record = None
     graph_fn = None

@@ -159,6 +159,8 @@ def describe_failure(failed: list[Guard], L: dict, G: dict, namespace: dict) -> 
 
 
 def _value_expr(g: Guard) -> str:
+    if g.kind == "CONSTANT_MATCH":
+        return g.source
     expr = g.expr
     for prop in (".dtype", ".device", ".shape", ".stride()", ".requires_grad"):
         if expr.startswith(g.source + prop):

@@ -276,15 +276,15 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
     if isinstance(obj, TensorVar):
         tx.builder.call("call_function", operator.setitem, [obj, index, value], {})
         return
-    if isinstance(obj, ListVar) and obj.source is None:
+    if isinstance(obj, ListVar):
         key = _const_index(index)
         if isinstance(key, slice):
-            obj.items[key] = unpack_iterable(tx, value)
+            mutable_list(obj).items[key] = unpack_iterable(tx, value)
         else:
-            obj.items[key] = value
+            mutable_list(obj).items[key] = value
         return
-    if isinstance(obj, DictVar) and obj.source is None:
-        obj.items[dict_key(index)] = value
+    if isinstance(obj, DictVar):
+        mutable_dict(obj).items[dict_key(index)] = value
         return
     if isinstance(obj, NewObjectVar):
         obj.fields[_const_index(index)] = value
@@ -293,11 +293,11 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
 
 
 def delitem(tx: Tracer, obj: Var, index: Var) -> None:
-    if isinstance(obj, ListVar) and obj.source is None:
-        del obj.items[_const_index(index)]
+    if isinstance(obj, ListVar):
+        del mutable_list(obj).items[_const_index(index)]
         return
-    if isinstance(obj, DictVar) and obj.source is None:
-        obj.items.pop(dict_key(index), None)
+    if isinstance(obj, DictVar):
+        mutable_dict(obj).items.pop(dict_key(index), None)
         return
     raise Break(f"del on {describe(obj)} runs in Python")
 
@@ -312,15 +312,26 @@ def dict_key(v: Var) -> Any:
 
 
 def mutable_list(v: Var) -> ListVar:
-    if isinstance(v, ListVar) and v.source is None:
+    """A list that may be changed. A list from outside the graph is changed symbolically and
+    the change is replayed on the real list after the graph runs."""
+    if isinstance(v, ListVar):
+        v.mutated = v.source is not None
         return v
-    raise Break("mutation of a list that exists outside the graph")
+    raise Break(f"mutation of {describe(v)}")
 
 
 def mutable_dict(v: Var) -> DictVar:
-    if isinstance(v, DictVar) and v.source is None:
+    if isinstance(v, DictVar):
+        v.mutated = v.source is not None
         return v
-    raise Break("mutation of a dict that exists outside the graph")
+    raise Break(f"mutation of {describe(v)}")
+
+
+def as_python_constant_or_none(v: Var) -> Any:
+    try:
+        return as_python_constant(v)
+    except TypeError:
+        raise Break(f"{describe(v)} where a constant is needed") from None
 
 
 def as_dict(tx: Tracer, v: Var) -> DictVar:

@@ -7,6 +7,7 @@ locals, cells and stack at a graph break. Both are straight-line code generated 
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -28,6 +29,7 @@ from compiler.tracer.variables import (
     NewObjectVar,
     NullVar,
     ObjVar,
+    PartialVar,
     SetVar,
     SliceVar,
     SuperVar,
@@ -87,7 +89,7 @@ class Emitter:
             return f"O[{self.outputs[id(v.node)]}]"
         if isinstance(v, ConstVar):
             value = v.value
-            if isinstance(value, _SIMPLE_LITERALS) or (isinstance(value, float) and value == value and abs(value) != float("inf")):
+            if type(value) in _SIMPLE_LITERALS or (type(value) is float and value == value and abs(value) != float("inf")):
                 return repr(value)
             return self.ref(value)
         if isinstance(v, NullVar):
@@ -106,7 +108,7 @@ class Emitter:
                 return f"{self.ref(torch.Size, 'cls')}([{inner}])"
             return f"{self.ref(v.cls, 'cls')}({inner})"
         if isinstance(v, DictVar):
-            inner = ", ".join(f"{self.ref(k, 'k') if not isinstance(k, _SIMPLE_LITERALS) else repr(k)}: {self.expr(i)}" for k, i in v.items.items())
+            inner = ", ".join(f"{self.ref(k, 'k') if type(k) not in _SIMPLE_LITERALS else repr(k)}: {self.expr(i)}" for k, i in v.items.items())
             if v.cls is dict:
                 return "{" + inner + "}"
             return f"{self.ref(v.cls, 'cls')}({{{inner}}})"
@@ -136,8 +138,12 @@ class Emitter:
         if isinstance(v, GradModeVar):
             return f"{self.ref(torch.set_grad_enabled, 'fn')}({v.enabled})"
         if isinstance(v, NewObjectVar):
-            kwargs = ", ".join(f"{k}={self.expr(i)}" for k, i in v.fields.items())
-            return f"{self.ref(v.cls, 'cls')}({kwargs})"
+            fields = ", ".join(f"{k!r}: {self.expr(i)}" for k, i in v.fields.items())
+            return f"{self.ref(_new_object, 'fn')}({self.ref(v.cls, 'cls')}, {{{fields}}})"
+        if isinstance(v, PartialVar):
+            args = "".join(f"{self.expr(a)}, " for a in v.args)
+            kwargs = "".join(f"{k}={self.expr(a)}, " for k, a in v.kwargs.items())
+            return f"{self.ref(functools.partial, 'cls')}({self.expr(v.func)}, {args}{kwargs})"
         if isinstance(v, SuperVar):
             return f"super({self.ref(v.cls, 'cls')}, {self.expr(v.obj)})"
         if isinstance(v, CellVar):
@@ -158,6 +164,46 @@ class Emitter:
             expr = self.temp(f"{self.ref(types.CellType, 'cls')}({contents or ''})")
         self.cells[key] = expr
         return expr
+
+
+def _new_object(cls: type, fields: dict) -> Any:
+    obj = cls.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+def side_effects(em: Emitter, values: list[Var]) -> list[str]:
+    """Replay, on the real objects, the changes the trace made to lists and dicts that exist
+    outside the graph (in place, so every reference to them sees the change)."""
+    lines: list[str] = []
+    seen: set[int] = set()
+
+    def visit(v: Var) -> None:
+        if id(v) in seen:
+            return
+        seen.add(id(v))
+        children: list[Var] = []
+        if isinstance(v, (ListVar, TupleVar, SetVar, IteratorVar)):
+            children = list(v.items)
+        elif isinstance(v, DictVar):
+            children = list(v.items.values())
+        elif isinstance(v, NewObjectVar):
+            children = list(v.fields.values())
+        elif isinstance(v, CellVar) and v.contents is not None:
+            children = [v.contents]
+        for c in children:
+            visit(c)
+        if isinstance(v, ListVar) and v.mutated and v.source:
+            lines.append(f"    {v.source}[:] = [{', '.join(em.expr(i) for i in v.items)}]")
+        if isinstance(v, DictVar) and v.mutated and v.source:
+            items = ", ".join(f"{em.ref(k, 'k')}: {em.expr(i)}" for k, i in v.items.items())
+            new = em.temp(f"{{{items}}}")
+            lines.append(f"    {v.source}.clear()")
+            lines.append(f"    {v.source}.update({new})")
+
+    for v in values:
+        visit(v)
+    return lines
 
 
 def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.FunctionType:
@@ -181,10 +227,13 @@ def compile_rebuild(
     cells: dict[str, CellVar] | None,
     outputs: list[TensorVar],
     namespace: dict[str, Any],
+    mutated: list[Var] = (),
 ) -> tuple[Callable, str]:
     """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack), after
     writing changed cells into the real frame `F`."""
     em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)})
+    effects = side_effects(em, list(mutated))
+    em.lines.extend(effects)
     if kind == "return":
         result = em.expr(value)
         body = [*em.lines, f"    return {result}"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dis
 import operator
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -81,7 +82,7 @@ class SymFrame:
     pc: int = 0
     kw_names: tuple | None = None
     fn_name: str = ""
-    parent: SymFrame | None = None
+    yields: list[Var] | None = None  # values an inlined generator yielded
 
     def line(self, pc: int | None = None) -> SourceLine:
         ins = self.code.instructions[self.pc if pc is None else pc]
@@ -102,6 +103,7 @@ class Tracer:
         self,
         code: Code,
         G: dict,
+        frame_locals: dict,
         L: dict,
         stack: list,
         cells: dict,
@@ -116,11 +118,12 @@ class Tracer:
         self.frame_values = L
         self.current_frame: SymFrame | None = None
         self.current_root_pc = pc
+        self.external_containers: list[Var] = []  # lists/dicts read from the frame
         self.break_at = break_at
         self.instructions_run = 0
         self.depth = 0
         self.globals_refs: dict[int, str] = {id(G): "G"}
-        locals_ = {name: LazyVar(value, f"L[{name!r}]") for name, value in L.items()}
+        locals_ = {name: LazyVar(value, f"L[{name!r}]") for name, value in frame_locals.items()}
         cell_vars = {
             name: CellVar(cell=cell, name=name, source=f"L[{name!r}]") for name, cell in cells.items()
         }
@@ -205,7 +208,7 @@ class Tracer:
 
     def inline(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         code = decode(fn.get_code())
-        if code.unsupported:
+        if code.unsupported and not code.is_generator:
             raise Break(f"cannot inline {fn.get_code().co_name}: {code.unsupported}")
         if self.depth >= MAX_INLINE_DEPTH:
             raise Break("inlining is nested too deeply (recursion?)")
@@ -222,6 +225,9 @@ class Tracer:
             cells[name] = cell
         parent_stack = self.builder.user_stack
         child = SymFrame(code, g, self.globals_source(g), locals_, cells, [], code.start, fn_name=code.name)
+        if code.is_generator:
+            # Run the generator to completion now; its values are what iterating it yields.
+            child.yields = []
         self.depth += 1
         try:
             while True:
@@ -234,7 +240,7 @@ class Tracer:
                 except InlineBreak as b:
                     raise InlineBreak(b.reason, [child.line(), *b.user_stack]) from None
                 if result is not None:
-                    return result
+                    return IteratorVar(child.yields) if child.yields is not None else result
         finally:
             self.depth -= 1
             self.builder.user_stack = parent_stack
@@ -688,7 +694,7 @@ class Tracer:
         if not isinstance(ctx, GradModeVar):
             raise Break(f"`with` over {ops.describe(ctx)} runs in Python")
         frame.stack.pop()
-        prev = self.builder.grad_enabled
+        prev = self.builder.grad_enabled if ctx.prev is None else ctx.prev
         self.builder.set_grad_enabled(ctx.enabled)
         self.push(frame, GradExitVar(prev))
         self.push(frame, ConstVar(None))
@@ -705,9 +711,30 @@ class Tracer:
         self.push(frame, ObjVar(AssertionError))
 
     def IMPORT_NAME(self, frame, ins):
-        raise Break(f"import {ins.argval} runs in Python")
+        fromlist = ops.as_python_constant_or_none(self.pop(frame))
+        level = ops.as_python_constant_or_none(self.pop(frame))
+        name = ins.argval
+        if level != 0 or name not in sys.modules:
+            raise Break(f"import {name} runs in Python (the module is not imported yet)")
+        module = sys.modules[name] if fromlist else sys.modules[name.split(".")[0]]
+        self.push(frame, ObjVar(module))
 
-    IMPORT_FROM = IMPORT_NAME
+    def IMPORT_FROM(self, frame, ins):
+        self.push(frame, ops.load_attr(self, self.resolve(frame.stack[-1]), ins.argval))
+
+    def DELETE_ATTR(self, frame, ins):
+        raise Break(f"del of attribute {ins.argval!r} runs in Python")
+
+    def RETURN_GENERATOR(self, frame, ins):
+        if not frame.code.is_generator:
+            raise Break("RETURN_GENERATOR outside a generator")
+        self.push(frame, ConstVar(None))  # popped by the POP_TOP that follows
+
+    def YIELD_VALUE(self, frame, ins):
+        if frame.yields is None:
+            raise Break("yield outside an inlined generator")
+        frame.yields.append(self.pop(frame))
+        self.push(frame, ConstVar(None))  # the value sent back in
 
 
 @dataclass

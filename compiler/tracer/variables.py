@@ -52,7 +52,8 @@ class ObjVar(Var):
 @dataclass(eq=False)
 class ListVar(Var):
     items: list[Var]
-    source: str | None = None  # set when the list exists outside the trace (never mutated)
+    source: str | None = None  # set when the list exists outside the trace
+    mutated: bool = False  # an outside list changed during the trace: replayed after the graph
 
 
 @dataclass(eq=False)
@@ -67,6 +68,7 @@ class DictVar(Var):
     items: dict[Any, Var]  # keys are Python constants
     source: str | None = None
     cls: type = dict
+    mutated: bool = False
 
 
 @dataclass(eq=False)
@@ -139,6 +141,7 @@ class GradModeVar(Var):
     """`torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(b)` as a context."""
 
     enabled: bool
+    prev: bool | None = None  # set_grad_enabled applies at the call: the mode to restore
 
 
 @dataclass(eq=False)
@@ -161,11 +164,20 @@ class SuperVar(Var):
 
 @dataclass(eq=False)
 class NewObjectVar(Var):
-    """An instance of a plain data class (a dataclass or a ModelOutput) built during tracing;
-    it is rebuilt for real, by calling the class, when it leaves the graph."""
+    """An instance of a plain Python class built during tracing (its __init__ inlined); it is
+    rebuilt for real, with its attributes, when it leaves the graph."""
 
     cls: type
     fields: dict[str, Var] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class PartialVar(Var):
+    """`functools.partial(func, *args, **kwargs)` built during tracing."""
+
+    func: Var
+    args: list[Var]
+    kwargs: dict[str, Var]
 
 
 NULL = NullVar()

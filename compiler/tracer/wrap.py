@@ -50,7 +50,9 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return ConstVar(value, source)
     if type(value) is list:
         guards.length(source, value, line)
-        return ListVar([wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)], source)
+        var = ListVar([wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)], source)
+        tx.external_containers.append(var)
+        return var
     if isinstance(value, tuple):
         guards.length(source, value, line)
         items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
@@ -58,7 +60,9 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
     if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
         guards.dict_keys(source, value, line)
         items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
-        return DictVar(items, source, cls=type(value))
+        var = DictVar(items, source, cls=type(value))
+        tx.external_containers.append(var)
+        return var
     if isinstance(value, _ITERATOR_TYPES):
         # An iterator left on the stack by an earlier entry: read what remains without
         # consuming it.

@@ -60,3 +60,22 @@ def test_the_suite_runs_cpp_kernels():
         "codegen",
         "compile",
     ]
+
+
+def test_missing_compiler_falls_back_to_eager_with_one_warning(monkeypatch):
+    import uuid
+    import warnings
+
+    import torch
+
+    from tests.codegen.helpers import compile_and_run
+
+    monkeypatch.setenv("COMPILER_STRICT", "0")
+    monkeypatch.setenv("CXX", f"/nonexistent/g++-{uuid.uuid4().hex[:8]}")
+    x = rand(64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, record, _ = compile_and_run(lambda a: (torch.sin(a) * 2,), x)
+    torch.testing.assert_close(out[0], torch.sin(x) * 2)
+    assert record.fallback is not None and "nonexistent" in record.fallback
+    assert any("nonexistent" in str(w.message) for w in caught)

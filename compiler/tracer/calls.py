@@ -234,6 +234,10 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
         return _list_method(tx, obj, name, args)
     if isinstance(obj, DictVar):
         return _dict_method(tx, obj, name, args, kwargs)
+    if isinstance(obj, SetVar) and name in ("add", "discard") and is_python_constant(args[0]):
+        present = [i for i in obj.items if as_python_constant(i) != as_python_constant(args[0])]
+        obj.items[:] = present + ([args[0]] if name == "add" else [])
+        return ConstVar(None)
     if isinstance(obj, TupleVar) and name in ("index", "count"):
         return _fold(tx, getattr(tuple(as_python_constant(obj)), name), args, kwargs)
     raise Break(f"method {name!r} of {describe(obj)} is not traced")
@@ -387,6 +391,7 @@ def _is_pure_builtin(fn: Any) -> bool:
 
 def _fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Compute a pure function of constants now; with tensors, record it as a graph op."""
+    args = [ListVar(a.items[a.index :]) if isinstance(a, IteratorVar) else a for a in args]
     if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
         if fn in (abs, pow) or getattr(fn, "__module__", None) in ("operator", "_operator"):
             return tx.builder.call("call_function", fn, args, kwargs)

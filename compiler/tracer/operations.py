@@ -96,7 +96,7 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
             return ConstVar(getattr(obj.cls, name, None))
         raise Break(f"attribute {name!r} of a {obj.cls.__name__} built during tracing")
     if isinstance(obj, FunctionVar) and name in ("__name__", "__qualname__"):
-        return ConstVar(getattr(obj.get_code(), "co_name"))
+        return ConstVar(obj.get_code().co_name)
     if isinstance(obj, SuperVar):
         return _super_attr(tx, obj, name)
     raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
@@ -223,6 +223,10 @@ def store_attr(tx: Tracer, obj: Var, name: str, value: Var) -> None:
     if isinstance(obj, NewObjectVar):
         obj.fields[name] = value
         return
+    if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module) and isinstance(value, TensorVar):
+        current = module_attr(tx, obj, name) if hasattr(obj.value, name) else None
+        if isinstance(current, TensorVar) and current.fake is value.fake:
+            return  # `self.count += 1` on a buffer: updated in place, the attribute is unchanged
     raise Break(f"setting attribute {name!r} on {describe(obj)} runs in Python")
 
 
@@ -431,6 +435,8 @@ def contains(tx: Tracer, container: Var, item: Var) -> bool:
         return _const_index(item) in container.fields
     if isinstance(item, TensorVar) or isinstance(container, TensorVar):
         raise Break("`in` with a tensor compares tensor values")
+    if isinstance(container, SetVar):
+        return _const_index(item) in {as_python_constant(i) for i in container.items}
     if isinstance(container, ObjVar) and isinstance(container.value, torch.nn.ModuleDict):
         return _const_index(item) in container.value
     try:

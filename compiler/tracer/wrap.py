@@ -12,6 +12,7 @@ from compiler.tracer.variables import (
     ConstVar,
     DictVar,
     FunctionVar,
+    GradExitVar,
     IteratorVar,
     ListVar,
     ObjVar,
@@ -73,6 +74,13 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
     if isinstance(value, types.FunctionType):
         guards.identity(source, value, line)
         return FunctionVar(fn=value, source=source)
+    from compiler.tracer.reconstruct import GradRestore
+
+    if isinstance(value, GradRestore):
+        # the exit of a grad-mode `with` block that an earlier entry entered
+        guards.type_of(source, value, line)
+        guards.add("CONSTANT_MATCH", source, f"{source}.restore is {value.restore}", f"the block restores grad mode {value.restore}", line)
+        return GradExitVar(value.restore)
     if isinstance(value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)) or callable(value):
         guards.identity(source, value, line)
         return ObjVar(value, source)

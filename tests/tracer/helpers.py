@@ -407,9 +407,11 @@ class Cases(list):
         return x + 1
     """
 
-    def __call__(self, *arg_factories: Any, **expect: Any) -> Callable[[Callable], Callable]:
+    def __call__(self, *arg_factories: Any, xfail: str | None = None, **expect: Any) -> Callable[[Callable], Callable]:
+        marks = [pytest.mark.xfail(reason=xfail, strict=True)] if xfail else []
+
         def add(fn: Callable) -> Callable:
-            self.append(pytest.param(fn, arg_factories, expect, id=fn.__name__))
+            self.append(pytest.param(fn, arg_factories, expect, id=fn.__name__, marks=marks))
             return fn
 
         return add

@@ -407,7 +407,9 @@ class Cases(list):
         return x + 1
     """
 
-    def __call__(self, *arg_factories: Any, xfail: str | None = None, **expect: Any) -> Callable[[Callable], Callable]:
+    def __call__(
+        self, *arg_factories: Any, xfail: str | None = None, **expect: Any
+    ) -> Callable[[Callable], Callable]:
         marks = [pytest.mark.xfail(reason=xfail, strict=True)] if xfail else []
 
         def add(fn: Callable) -> Callable:

@@ -1,0 +1,1 @@
+"""The bytecode tracer: CPython frames to FX graphs, guards and graph breaks."""

@@ -166,29 +166,20 @@ def div(ctx: LoweringContext, node, a, b, *, rounding_mode: str | None = None):
     dtype = _compute_for(ctx)
     if rounding_mode is None:
         return elementwise(ctx, "truediv", [a, b], dtype)
-    if rounding_mode == "floor":
-        if dtype.is_floating_point:
-            val = ctx.meta()
-            size = tuple(val.shape)
-            la, lb = operand(a, size, dtype), operand(b, size, dtype)
-            return ctx.pointwise(
-                size,
-                val.dtype,
-                lambda i: Op("floor", (Op("truediv", (la(i), lb(i)), dtype),), dtype),
-            )
-        return elementwise(ctx, "floordiv", [a, b], dtype)
-    if rounding_mode == "trunc":
-        if dtype.is_floating_point:
-            val = ctx.meta()
-            size = tuple(val.shape)
-            la, lb = operand(a, size, dtype), operand(b, size, dtype)
-            return ctx.pointwise(
-                size,
-                val.dtype,
-                lambda i: Op("trunc", (Op("truediv", (la(i), lb(i)), dtype),), dtype),
-            )
-        return elementwise(ctx, "truncdiv", [a, b], dtype)
-    return NotImplemented
+    integer_op = {"floor": "floordiv", "trunc": "truncdiv"}.get(rounding_mode)
+    if integer_op is None:
+        return NotImplemented
+    if not dtype.is_floating_point:
+        return elementwise(ctx, integer_op, [a, b], dtype)
+    # Floating point: round the true quotient, as eager does.
+    val = ctx.meta()
+    size = tuple(val.shape)
+    la, lb = operand(a, size, dtype), operand(b, size, dtype)
+    return ctx.pointwise(
+        size,
+        val.dtype,
+        lambda i: Op(rounding_mode, (Op("truediv", (la(i), lb(i)), dtype),), dtype),
+    )
 
 
 @register_lowering(prims.div)

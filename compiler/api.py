@@ -9,9 +9,15 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from compiler.backends.registry import backend_name, list_backends, lookup_backend, register_backend
+from compiler.backends.registry import (
+    backend_name,
+    backend_options,
+    list_backends,
+    lookup_backend,
+    register_backend,
+)
 from compiler.explain import ExplainOutput, explain_records
-from compiler.records import CompiledReport, Guard
+from compiler.records import CompiledReport, GraphRecord, Guard, compiling_graph, current_graph
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.evaluator import CompileConfig, CompileContext, reset_all, run_function
 
@@ -42,14 +48,23 @@ def compile(
 ) -> Any:
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(repr(m) for m in MODES)}")
+        raise ValueError(
+            f"unknown mode {mode!r}; choose one of {', '.join(repr(m) for m in MODES)}"
+        )
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict, got {type(options).__name__}")
     backend_fn = lookup_backend(backend)  # unknown names fail here, with the list of known ones
     if model is None:
-        return lambda m: compile(m, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options)
+        return lambda m: compile(
+            m, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options
+        )
+    served = current_graph()
+    if isinstance(model, torch.fx.GraphModule) and served is not None:
+        # A backend compiling the graph it was handed: the graph is already captured, so it
+        # goes straight to `backend`, and what that does lands in the served graph's record.
+        return _GraphInBackend(model, backend_fn, backend_name(backend), mode, options, served)
     config = CompileConfig(
-        backend=_with_mode(backend_fn, backend, mode, options),
+        backend=_with_options(backend_fn, mode, options),
         backend_name=backend_name(backend),
         mode=mode,
         fullgraph=fullgraph,
@@ -59,24 +74,58 @@ def compile(
     if isinstance(model, torch.nn.Module):
         return _compile_module(model, ctx)
     if not callable(model):
-        raise TypeError(f"compiler.compile expects a function or an nn.Module, got {type(model).__name__}")
+        raise TypeError(
+            f"compiler.compile expects a function or an nn.Module, got {type(model).__name__}"
+        )
     return _compile_callable(model, ctx)
 
 
-def optimize(backend: str | Callable = "inductor", *, nopython: bool = False, **kwargs: Any) -> Callable:
+def optimize(
+    backend: str | Callable = "inductor", *, nopython: bool = False, **kwargs: Any
+) -> Callable:
     """The seeds' `dynamo.optimize(backend, nopython=...)` spelling: a decorator."""
     return lambda fn: compile(fn, backend=backend, fullgraph=nopython, **kwargs)
 
 
-def _with_mode(backend_fn: Callable, backend: str | Callable, mode: str | None, options: dict | None) -> Callable:
-    if backend != "inductor" or (mode in (None, "default") and not options):
+def _with_options(backend_fn: Callable, mode: str | None, options: dict | None) -> Callable:
+    """The backend, called with the compile call's mode and options visible to every backend it
+    reaches (a user backend wrapping "inductor" compiles in the user's mode)."""
+    if mode in (None, "default") and not options:
         return backend_fn
 
     @functools.wraps(backend_fn)
-    def with_mode(gm, example_inputs):
-        return backend_fn(gm, example_inputs, mode=mode, options=options)
+    def with_options(gm, example_inputs):
+        with backend_options(mode, options):
+            return backend_fn(gm, example_inputs)
 
-    return with_mode
+    return with_options
+
+
+class _GraphInBackend:
+    """`compiler.compile(gm)` called by a backend on the GraphModule it was given: compiled
+    with `backend` on the first call's inputs, recorded in the served graph's record."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        backend_fn: Callable,
+        name: str,
+        mode: str | None,
+        options: dict | None,
+        record: GraphRecord,
+    ):
+        self.gm, self.backend_fn, self.record = gm, backend_fn, record
+        self.mode, self.options = mode, options
+        self.compiled: Callable | None = None
+        record.notes.append(
+            f"compiled again by compiler.compile(gm, backend={name!r}) inside a backend"
+        )
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None:
+            with compiling_graph(self.record), backend_options(self.mode, self.options):
+                self.compiled = self.backend_fn(self.gm, list(args))
+        return self.compiled(*args)
 
 
 def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
@@ -123,7 +172,12 @@ def _compile_module(mod: torch.nn.Module, ctx: CompileContext) -> torch.nn.Modul
     compiled_cls = type(
         cls.__name__,
         (cls,),
-        {"forward": compiled_forward, "_orig_mod": mod, "__compiled__": ctx, "__module__": cls.__module__},
+        {
+            "forward": compiled_forward,
+            "_orig_mod": mod,
+            "__compiled__": ctx,
+            "__module__": cls.__module__,
+        },
     )
     compiled_cls.__qualname__ = cls.__qualname__
     compiled = object.__new__(compiled_cls)
@@ -141,7 +195,9 @@ def _call_bound(forward: Callable, *args, **kwargs):
 def _context_of(fn: Any) -> CompileContext:
     ctx = getattr(fn, "__compiled__", None)
     if not isinstance(ctx, CompileContext):
-        raise TypeError(f"{getattr(fn, '__name__', type(fn).__name__)} was not made by compiler.compile")
+        raise TypeError(
+            f"{getattr(fn, '__name__', type(fn).__name__)} was not made by compiler.compile"
+        )
     return ctx
 
 
@@ -149,7 +205,9 @@ def inspect(fn: Any) -> CompiledReport:
     """The inspection records of a compiled function or module: every entry of it and of the
     functions the compiler reached from it (the function's own record first)."""
     ctx = _context_of(fn)
-    return CompiledReport(functions=ctx.functions, backend=ctx.config.backend_name, mode=ctx.config.mode)
+    return CompiledReport(
+        functions=ctx.functions, backend=ctx.config.backend_name, mode=ctx.config.mode
+    )
 
 
 def reset() -> None:
@@ -170,7 +228,9 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> Any:
             graphs.append(gm)
             return gm.forward
 
-        target = fn._orig_mod if isinstance(fn, torch.nn.Module) and hasattr(fn, "_orig_mod") else fn
+        target = (
+            fn._orig_mod if isinstance(fn, torch.nn.Module) and hasattr(fn, "_orig_mod") else fn
+        )
         target = getattr(target, "_orig_fn", target)
         compiled = compile(target, backend=recording_backend)
         compiled(*call_args, **call_kwargs)
@@ -255,4 +315,3 @@ def _bind_non_arguments(
     graph.lint()
     gm.recompile()
     return gm
-

@@ -1,18 +1,49 @@
-"""The built-in backends: eager, aot_eager, inductor (ours) and cudagraphs."""
+"""The built-in backends: eager, aot_eager, inductor (ours) and cudagraphs.
+
+Each leaves what it did in the record of the graph it compiles (`current_graph()`), also when
+a user's backend calls it through `lookup_backend`, so the inspector shows the real work.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils._pytree import tree_flatten
 
-from compiler.backends.registry import _builtin
+from compiler.backends.registry import _builtin, current_options
+from compiler.records import current_graph
+
+
+def _note(text: str) -> None:
+    record = current_graph()
+    if record is not None and text not in record.notes:
+        record.notes.append(text)
 
 
 @_builtin("eager")
 def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """Run the captured FX graph with torch ops: no code generation."""
     return gm.forward
+
+
+@_builtin("aot_eager")
+def aot_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
+    """Our aot stage (make_fx through our decomposition table, functionalized), then the aten
+    graph run with torch ops: checks the graph-to-aten step without code generation."""
+    from compiler.aot.trace import needs_autograd, trace_forward
+
+    if needs_autograd(gm, example_inputs):
+        _note("aot_eager: this graph needs autograd; it runs as captured (no joint graph yet)")
+        return gm.forward
+    record = current_graph()
+    if record is not None:
+        with record.stage("aot"):
+            aot = trace_forward(gm, list(example_inputs))
+        record.aot_graphs["forward"] = aot.gm.code
+    else:
+        aot = trace_forward(gm, list(example_inputs))
+    return aot.gm.forward
 
 
 @_builtin("inductor")
@@ -22,7 +53,55 @@ def inductor(
     mode: str | None = None,
     options: dict | None = None,
 ) -> Callable:
-    """Our code generator (compiler/codegen)."""
+    """Our code generator (compiler/codegen). Without explicit `mode`/`options` it takes those
+    of the compile call being served, so a user backend wrapping it keeps the user's mode."""
     from compiler.codegen.compile_fx import compile_fx
 
+    if mode is None and options is None:
+        served = current_options()
+        mode, options = served.mode, served.options or None
     return compile_fx(gm, example_inputs, mode=mode, options=options)
+
+
+@_builtin("cudagraphs")
+def cudagraphs(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
+    """The captured graph, run with torch ops, replayed as a CUDA graph: launch overhead
+    removed without generating kernels (seed 001's `cudagraphs` backend)."""
+    from compiler.aot.trace import needs_autograd, trace_forward
+
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if not tensors or any(t.device.type != "cuda" for t in tensors):
+        _note("cudagraphs: inputs are not all CUDA tensors; the graph runs as captured")
+        return gm.forward
+    if needs_autograd(gm, example_inputs):
+        _note("cudagraphs: this graph needs autograd; it runs as captured")
+        return gm.forward
+    aot = trace_forward(gm, list(example_inputs))
+    if any(_writes_input(n) for n in aot.gm.graph.nodes):
+        # a replay would write the mutation into its static copy of the input, not the user's
+        _note("cudagraphs: the graph mutates its inputs; it runs as captured")
+        return gm.forward
+    from compiler.runtime.cudagraphs import CudaGraphRunner
+
+    spec: list[Any] = []
+
+    def flat(args: list) -> tuple:
+        out, out_spec = tree_flatten(gm(*args))
+        spec[:] = [out_spec]
+        return tuple(out)
+
+    runner = CudaGraphRunner(flat)
+
+    def run(*args: Any) -> Any:
+        outs = runner(list(args))
+        return spec[0].unflatten(list(outs))
+
+    return run
+
+
+def _writes_input(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and node.args[0].op == "placeholder"
+    )

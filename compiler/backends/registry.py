@@ -1,8 +1,18 @@
-"""The backend registry: a backend is any `(gm, example_inputs) -> callable`."""
+"""The backend registry: a backend is any `(gm, example_inputs) -> callable`.
+
+Backends compose: a user's backend may count or log a graph and hand it on to a registered
+one through `lookup_backend(name)`, or call `compiler.compile(gm)` on the GraphModule it was
+given. The mode and options of the `compile(...)` call being served are visible to every
+backend it reaches through `current_options()`, so a wrapped "inductor" compiles in the mode
+the user asked for, as torch.compile's wrapped backends do.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -12,22 +22,52 @@ _BACKENDS: dict[str, Backend] = {}
 _BUILTIN: set[str] = set()
 
 
-def register_backend(compiler_fn: Backend | None = None, name: str | None = None):
+@dataclass(frozen=True)
+class BackendOptions:
+    """The `mode=` and `options=` of the compile call whose graph a backend is compiling."""
+
+    mode: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+_current_options: contextvars.ContextVar[BackendOptions | None] = contextvars.ContextVar(
+    "backend_options", default=None
+)
+
+
+def current_options() -> BackendOptions:
+    return _current_options.get() or BackendOptions()
+
+
+@contextlib.contextmanager
+def backend_options(mode: str | None, options: dict | None) -> Iterator[None]:
+    token = _current_options.set(BackendOptions(mode, dict(options or {})))
+    try:
+        yield
+    finally:
+        _current_options.reset(token)
+
+
+def register_backend(compiler_fn: Backend | str | None = None, name: str | None = None):
     """Register a backend under `name` (default: the function's name).
 
-    Usable as `@register_backend`, `@register_backend(name="x")` or `register_backend(fn)`.
+    Usable as `@register_backend`, `@register_backend(name="x")`, `@register_backend("x")`
+    or `register_backend(fn, name=...)`. Returns the function unchanged.
     """
 
     def add(fn: Backend) -> Backend:
         if not callable(fn):
             raise TypeError(f"a backend must be callable, got {type(fn).__name__}")
-        _BACKENDS[name or fn.__name__] = fn
+        key = name or getattr(fn, "__name__", None)
+        if not key:
+            raise TypeError("register_backend needs name= for a callable without a __name__")
+        _BACKENDS[key] = fn
         return fn
 
     if compiler_fn is None:
         return add
     if isinstance(compiler_fn, str):  # register_backend("name") used as a decorator factory
-        name, compiler_fn = compiler_fn, None
+        name = compiler_fn
         return add
     return add(compiler_fn)
 
@@ -56,6 +96,7 @@ def lookup_backend(name_or_fn: str | Backend) -> Backend:
 
 
 def list_backends() -> list[str]:
+    """Every registered backend name, the built-in ones and those users registered."""
     _load_builtins()
     return sorted(_BACKENDS)
 

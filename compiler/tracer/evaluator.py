@@ -27,7 +27,7 @@ from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
 from compiler.tracer.calls import is_skipped, is_torch_function
 from compiler.tracer.concrete import RealFrame, Returned
-from compiler.tracer.guards import CompiledGuards, compile_guards, describe_failure
+from compiler.tracer.guards import CompiledGuards, compile_guards
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult, tensor_vars
 
@@ -239,7 +239,7 @@ def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: d
     recompile_reason = None
     if existing:
         failed = existing[-1].guards.failures(L, frame.globals)
-        recompile_reason = describe_failure(failed, L, frame.globals, existing[-1].guards.namespace)
+        recompile_reason = existing[-1].guards.describe(failed, L, frame.globals)
     if state.count >= config.cache_size_limit:
         if not state.limit_warned:
             state.limit_warned = True
@@ -323,8 +323,8 @@ def _build_entry(
     op_count = builder.op_count()
     trace_time = time.perf_counter() - start
     name = f"{state.record.name}_{state.count}"
-    guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}")
-    fetch, _ = compile_fetch([t.source for t in builder.inputs], tracer.guards.namespace)
+    guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}", L, frame.globals)
+    fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":
         rebuild, _ = compile_rebuild(
             "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated

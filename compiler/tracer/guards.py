@@ -9,12 +9,13 @@ explained by evaluating the guards one by one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
 
 from compiler.records import Guard, SourceLine
+from compiler.tracer.access import AccessPlan, Local
 
 # Types whose values are compared with ==: the graph is specialised on the value itself.
 CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
@@ -109,66 +110,120 @@ class GuardSet:
 
 
 @dataclass
+class _Check:
+    guard: Guard
+    expr: str  # the guard's expression over the locals of the guard function
+    source: str  # its source, the same way
+    needs: list[Local]  # the locals it reads, each after the ones it depends on
+
+
+@dataclass
 class CompiledGuards:
     check: Callable[[dict, dict], bool]
     source: str
     guards: list[Guard]
     namespace: dict[str, Any]
+    access: AccessPlan
+    defined: set[str]  # locals the guard function defines (their short paths are guarded)
+    checks: list[_Check]
 
     def failures(self, L: dict, G: dict) -> list[Guard]:
-        """The guards that do not hold for these values (for recompile reasons)."""
-        failed = []
-        for g in self.guards:
-            try:
-                ok = eval(g.expr, self.namespace, {"L": L, "G": G})
-            except Exception:
-                ok = False
-            if not ok:
-                failed.append(g)
-        return failed
+        """The guards that do not hold for these values (for recompile reasons), each
+        evaluated as the guard function evaluates it."""
+        env: dict[str, Any] = {"L": L, "G": G}
+        return [c.guard for c in self.checks if not _holds(c.expr, c.needs, self.namespace, env)]
+
+    def describe(self, failed: list[Guard], L: dict, G: dict) -> str:
+        """One readable line per failing guard: what was expected and what came."""
+        env: dict[str, Any] = {"L": L, "G": G}
+        by_guard = {id(c.guard): c for c in self.checks}
+        parts = []
+        for g in failed[:3]:
+            c = by_guard[id(g)]
+            got = _value(_value_expr(g.kind, c.source, c.expr), c.needs, self.namespace, env)
+            parts.append(f"{g.description} (value missing)" if got is _MISSING else f"{g.description} (got {got!r})")
+        return "; ".join(parts)
 
 
-def compile_guards(guard_set: GuardSet, name: str) -> CompiledGuards:
+def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> CompiledGuards:
+    """The entry's guard function: one check per line after the comment that says why, every
+    source prefix read once into a local (see `access.py`) just before its first use."""
+    plan = AccessPlan([g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref)
+    present = {(g.kind, g.expr) for g in guard_set.guards}
+    defined: set[str] = set()
+    checks: list[_Check] = []
     lines = [f"def {name}(L, G):", "    try:"]
-    for g in guard_set.guards:
-        if g.user_line is not None:
-            lines.append(f"        # {g.description}  ({g.user_line.filename}:{g.user_line.lineno})")
-        else:
-            lines.append(f"        # {g.description}")
-        lines.append(f"        if not ({g.expr}):")
+
+    def add_check(g: Guard) -> None:
+        expr, needs = plan.rewrite(g.expr)
+        define(needs, g.user_line)
+        checks.append(_Check(g, expr, plan.rewrite(g.source)[0], needs))
+        where = f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
+        lines.append(f"        # {g.description}{where}")
+        lines.append(f"        if not ({expr}):")
         lines.append("            return False")
+
+    def define(needs: list[Local], line: SourceLine | None) -> None:
+        for local in needs:
+            if local.name in defined:
+                continue
+            for req in local.requires:
+                if (req.kind, req.expr) not in present:
+                    present.add((req.kind, req.expr))
+                    add_check(replace(req, user_line=line))
+            lines.append(f"        {local.name} = {local.expr}")
+            defined.add(local.name)
+
+    for g in guard_set.guards:
+        add_check(g)
     lines.append("    except Exception:  # a value is missing or of another kind")
     lines.append("        return False")
     lines.append("    return True")
     source = "\n".join(lines) + "\n"
     namespace = dict(guard_set.namespace)
     exec(compile(source, f"<guards {name}>", "exec"), namespace)
-    return CompiledGuards(namespace[name], source, list(guard_set.guards), namespace)
+    guards = [c.guard for c in checks]
+    return CompiledGuards(namespace[name], source, guards, namespace, plan, defined, checks)
 
 
-def describe_failure(failed: list[Guard], L: dict, G: dict, namespace: dict) -> str:
-    """One readable line per failing guard: what was expected and what came."""
-    parts = []
-    for g in failed[:3]:
-        try:
-            got = eval(_value_expr(g), namespace, {"L": L, "G": G})
-            parts.append(f"{g.description} (got {got!r})")
-        except Exception:
-            parts.append(f"{g.description} (value missing)")
-    return "; ".join(parts)
+_MISSING = object()
 
 
-def _value_expr(g: Guard) -> str:
-    if g.kind == "CONSTANT_MATCH":
-        return g.source
-    expr = g.expr
+def _value(expr: str, needs: list[Local], namespace: dict, env: dict) -> Any:
+    """`expr` evaluated over the guard function's locals (defined in `env` as needed), or
+    _MISSING where a step raises."""
+    for local in needs:
+        if local.name not in env:
+            try:
+                env[local.name] = eval(local.expr, namespace, env)
+            except Exception:
+                env[local.name] = _MISSING
+        if env[local.name] is _MISSING:
+            return _MISSING
+    try:
+        return eval(expr, namespace, env)
+    except Exception:
+        return _MISSING
+
+
+def _holds(expr: str, needs: list[Local], namespace: dict, env: dict) -> bool:
+    value = _value(expr, needs, namespace, env)
+    try:
+        return value is not _MISSING and bool(value)
+    except Exception:
+        return False
+
+
+def _value_expr(kind: str, source: str, expr: str) -> str:
+    if kind == "CONSTANT_MATCH":
+        return source
     for prop in (".dtype", ".device", ".shape", ".stride()", ".requires_grad"):
-        if expr.startswith(g.source + prop):
-            return g.source + prop
+        if expr.startswith(source + prop):
+            return source + prop
     if expr.startswith("len("):
-        return f"len({g.source})"
+        return f"len({source})"
     if expr.startswith("type("):
-        return f"type({g.source}).__name__"
-    if g.kind == "GRAD_MODE":
+        return f"type({source}).__name__"
+    if kind == "GRAD_MODE":
         return "__import__('torch').is_grad_enabled()"
-    return g.source
+    return source

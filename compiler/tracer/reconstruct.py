@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from compiler.tracer.calls import REAL_NULL
+from compiler.tracer.guards import CompiledGuards
 from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
@@ -211,9 +212,23 @@ def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.Function
     return fn
 
 
-def compile_fetch(sources: list[str], namespace: dict[str, Any]) -> tuple[Callable, str]:
-    body = ", ".join(sources)
-    source = f"def fetch(L, G):\n    return [{body}]\n"
+def compile_fetch(sources: list[str], namespace: dict[str, Any], guards: CompiledGuards) -> tuple[Callable, str]:
+    """`fetch(L, G)`: the graph's inputs, each prefix of their sources read once, through the
+    locals the guard function defined (their short paths are guarded there)."""
+    lines: list[str] = []
+    defined: set[str] = set()
+    values = []
+    for src in sources:
+        expr, needs = guards.access.rewrite(src)
+        if any(local.name not in guards.defined for local in needs):
+            values.append(src)
+            continue
+        for local in needs:
+            if local.name not in defined:
+                defined.add(local.name)
+                lines.append(f"    {local.name} = {local.expr}")
+        values.append(expr)
+    source = "def fetch(L, G):\n" + "".join(line + "\n" for line in lines) + f"    return [{', '.join(values)}]\n"
     ns = dict(namespace)
     exec(compile(source, "<fetch>", "exec"), ns)
     return ns["fetch"], source

@@ -146,12 +146,39 @@ def run_function(ctx: CompileContext, fn: types.FunctionType, args: tuple | list
 
 
 def _bind(fn: types.FunctionType, args: tuple | list, kwargs: dict) -> dict[str, Any]:
+    """The frame's arguments by name, in the order `inspect.getcallargs` gives them. Every call
+    pays for this, so the usual shapes (no *args / **kwargs; keywords, defaults) are bound here
+    directly; anything else, wrong calls included, goes to getcallargs, which raises the same
+    TypeError as a real call."""
     code = fn.__code__
-    if not kwargs and not fn.__defaults__ and not code.co_flags & 0x0C and not code.co_kwonlyargcount:
-        if len(args) == code.co_argcount:
-            return dict(zip(code.co_varnames, args))
-    # getcallargs raises the same TypeError messages as a real call.
-    return pyinspect.getcallargs(fn, *args, **kwargs)
+    n = code.co_argcount
+    if code.co_flags & 0x0C or len(args) > n:
+        return pyinspect.getcallargs(fn, *args, **kwargs)
+    names = code.co_varnames
+    bound = dict(zip(names, args))
+    total = n + code.co_kwonlyargcount
+    if kwargs:
+        allowed = names[max(len(args), code.co_posonlyargcount) : total]
+        for name, value in kwargs.items():
+            if name not in allowed or name in bound:
+                return pyinspect.getcallargs(fn, *args, **kwargs)
+            bound[name] = value
+    if len(bound) < total:
+        defaults = fn.__defaults__ or ()
+        first_default = n - len(defaults)
+        for i in range(len(args), n):
+            name = names[i]
+            if name not in bound:
+                if i < first_default:
+                    return pyinspect.getcallargs(fn, *args, **kwargs)
+                bound[name] = defaults[i - first_default]
+        kwdefaults = fn.__kwdefaults__ or {}
+        for name in names[n:total]:
+            if name not in bound:
+                if name not in kwdefaults:
+                    return pyinspect.getcallargs(fn, *args, **kwargs)
+                bound[name] = kwdefaults[name]
+    return bound
 
 
 def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:

@@ -56,8 +56,9 @@ class GraphBuilder:
         same = self._input_by_id.get(id(tensor))
         if same is not None:
             # One tensor reached twice (f(x, x), a tied weight): one placeholder, and a guard
-            # that the two stay the same object.
-            self.guards.add("ALIAS", source, f"{source} is {same.source}", f"{source} is {same.source}", self.line)
+            # that the two stay the same object (none when it was read from the same source).
+            if source != same.source:
+                self.guards.add("ALIAS", source, f"{source} is {same.source}", f"{source} is {same.source}", self.line)
             return same
         self.guards.tensor(source, tensor, self.line)
         name = self._unique(_placeholder_name(source))

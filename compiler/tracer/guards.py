@@ -52,8 +52,11 @@ class GuardSet:
         dtype_ref = self._ref(t.dtype, "dtype")
         self.add("TENSOR_MATCH", source, f"type({source}) is {type_ref}", f"{source} is a {type(t).__name__}", line)
         self.add("TENSOR_MATCH", source, f"{source}.dtype is {dtype_ref}", f"{source} has dtype {t.dtype}", line)
-        device_ref = self._ref(t.device, "device")
-        self.add("TENSOR_MATCH", source, f"{source}.device == {device_ref}", f"{source} is on {t.device}", line)
+        if t.device.type == "cpu":  # the same test as `.device == cpu`, without building a device
+            self.add("TENSOR_MATCH", source, f"{source}.is_cpu", f"{source} is on cpu", line)
+        else:
+            device_ref = self._ref(t.device, "device")
+            self.add("TENSOR_MATCH", source, f"{source}.device == {device_ref}", f"{source} is on {t.device}", line)
         shape = tuple(t.shape)
         self.add("TENSOR_MATCH", source, f"{source}.shape == {shape!r}", f"{source} has shape {list(shape)}", line)
         if t.layout == torch.strided:
@@ -217,6 +220,8 @@ def _holds(expr: str, needs: list[Local], namespace: dict, env: dict) -> bool:
 def _value_expr(kind: str, source: str, expr: str) -> str:
     if kind == "CONSTANT_MATCH":
         return source
+    if expr == f"{source}.is_cpu":
+        return f"{source}.device"
     for prop in (".dtype", ".device", ".shape", ".stride()", ".requires_grad"):
         if expr.startswith(source + prop):
             return source + prop

@@ -4,6 +4,7 @@ always gives eager's answer, by a recompile that `compiler.inspect` records with
 After 8 entries for one code object the function runs eagerly with one warning."""
 
 import warnings
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -365,6 +366,211 @@ def test_batchnorm_train_then_eval():
         x = torch.randn(5, 4)
         assert_same(eager(x), cmod(x.clone()))
         assert_same(eager.state_dict(), comp_mod.state_dict(), "running stats")
+
+
+# ---- nested modules: children, parameters and buffers read from the module tables ---------
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(self.lin(x)).relu()
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(Block(), Block())
+        self.heads = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+        self.register_buffer("offset", torch.zeros(4))
+
+    def forward(self, x):
+        x = self.blocks(x) + self.offset
+        for head in self.heads:
+            x = head(x)
+        return x
+
+
+def stack_pair():
+    torch.manual_seed(0)
+    eager = Stack().eval()
+    return eager, compiler.compile(eager, backend=RecordingBackend())
+
+
+def changed_stack_recompiles(change, n_entries=2):
+    """Call, apply `change` to the module (shared by both sides), call again: eager's answer,
+    through a new entry whose recompile reason names the failing guard."""
+    mod, cmod = stack_pair()
+    call_both(mod, cmod, torch.randn(3, 4))
+    change(mod)
+    call_both(mod, cmod, torch.randn(3, 4))
+    call_both(mod, cmod, torch.randn(3, 4))
+    return assert_recompiled(cmod, n_entries)
+
+
+def test_nested_submodule_attribute_replaced():
+    def change(mod):
+        mod.blocks[1].lin = nn.Linear(4, 4)
+
+    changed_stack_recompiles(change)
+
+
+def test_sequential_item_replaced():
+    def change(mod):
+        mod.blocks[0] = Block().eval()
+
+    changed_stack_recompiles(change)
+
+
+def test_parameter_replaced_by_another_parameter():
+    def change(mod):
+        mod.heads[0].weight = nn.Parameter(torch.randn(4, 4))
+
+    changed_stack_recompiles(change, n_entries=1)  # same kind of tensor: the new one is read
+
+
+def test_parameter_data_given_another_shape():
+    def change(mod):
+        mod.heads[1].weight.data = torch.randn(3, 4)  # same Parameter object, new shape
+        mod.heads[1].bias.data = torch.randn(3)
+
+    (_, entry) = changed_stack_recompiles(change)
+    assert "shape" in entry.recompile_reason, entry.recompile_reason
+
+
+def test_parameter_data_given_another_dtype():
+    def change(mod):
+        mod.heads[1].bias.data = mod.heads[1].bias.data.double()
+
+    changed_stack_recompiles(change)
+
+
+def test_parameter_requires_grad_flipped():
+    def change(mod):
+        mod.requires_grad_(False)
+
+    (_, entry) = changed_stack_recompiles(change)
+    assert "requires_grad" in entry.recompile_reason, entry.recompile_reason
+
+
+def test_parameter_set_to_none():
+    def change(mod):
+        mod.heads[0].bias = None
+
+    changed_stack_recompiles(change)
+
+
+def test_buffer_replaced():
+    mod, cmod = stack_pair()
+    call_both(mod, cmod, torch.randn(3, 4))
+    mod.offset = torch.full((4,), 3.0)  # same kind of tensor: the entry reads the new one
+    call_both(mod, cmod, torch.randn(3, 4))
+    assert_recompiled(cmod, 1)
+    mod.offset = torch.full((3, 4), 2.0)  # another shape
+    call_both(mod, cmod, torch.randn(3, 4))
+    assert_recompiled(cmod, 2)
+
+
+def test_buffer_becomes_a_parameter():
+    def change(mod):
+        mod.offset = nn.Parameter(torch.ones(4))  # moves from _buffers to _parameters
+
+    (_, entry) = changed_stack_recompiles(change)
+    assert "offset" in entry.recompile_reason, entry.recompile_reason
+
+
+def test_nested_training_flag_flipped():
+    def change(mod):
+        mod.blocks[1].norm.train()
+
+    changed_stack_recompiles(change)
+
+
+def test_module_list_appended():
+    def change(mod):
+        mod.heads.append(nn.Linear(4, 2))
+
+    changed_stack_recompiles(change)
+
+
+def test_sequential_appended_then_item_deleted():
+    mod, cmod = stack_pair()
+    call_both(mod, cmod, torch.randn(3, 4))
+    mod.blocks.append(Block().eval())
+    call_both(mod, cmod, torch.randn(3, 4))
+    del mod.blocks[0]  # renumbers the keys
+    call_both(mod, cmod, torch.randn(3, 4))
+    assert_recompiled(cmod, 3)
+
+
+def test_parametrization_registered_after_compiling():
+    class Doubled(nn.Module):
+        def forward(self, w):
+            return w * 2
+
+    def change(mod):
+        nn.utils.parametrize.register_parametrization(mod.heads[0], "weight", Doubled())
+
+    mod, cmod = stack_pair()
+    call_both(mod, cmod, torch.randn(3, 4))
+    change(mod)  # swaps the class of heads[0] and moves its weight out of _parameters
+    call_both(mod, cmod, torch.randn(3, 4))
+
+
+class NegatedLinear(nn.Linear):
+    def forward(self, x):
+        return -super().forward(x)
+
+
+def test_class_of_a_child_swapped():
+    mod, cmod = stack_pair()
+    call_both(mod, cmod, torch.randn(3, 4))
+    mod.heads[0].__class__ = NegatedLinear  # same object, same tables, another forward
+    call_both(mod, cmod, torch.randn(3, 4))
+    assert_recompiled(cmod, 2)
+
+
+class Picks(nn.Module):
+    """Children reached by a constant index or key, not by iteration."""
+
+    def __init__(self):
+        super().__init__()
+        self.named = nn.Sequential(OrderedDict(conv=nn.Linear(4, 4), act=nn.Tanh()))
+        self.stages = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Sigmoid()})
+
+    def forward(self, x):
+        x = self.named[1](self.named[0](x))
+        x = self.stages[1](self.stages[0](x))
+        x = self.layers[-1](self.layers[1](x))
+        return self.heads["b"](self.heads["a"](x))
+
+
+def test_children_by_index_and_key_follow_changes():
+    torch.manual_seed(0)
+    mod = Picks()
+    cmod = compiler.compile(mod, backend=RecordingBackend())
+    changes = [
+        lambda: setattr(mod.named, "act", nn.Sigmoid()),
+        # the same children in another order, behind Sequential's back: named[0] is the Sigmoid
+        lambda: setattr(mod.named, "_modules", OrderedDict(reversed(mod.named._modules.items()))),
+        lambda: mod.stages.insert(0, nn.Tanh()),  # stages[1] is now the Linear
+        lambda: mod.layers.insert(0, nn.Tanh()),  # layers[-1] is the same, layers[1] is not
+        lambda: mod.layers.pop(0),  # back to the layout of an earlier entry: no recompile
+        lambda: mod.heads.update({"b": nn.Tanh()}),
+        lambda: setattr(mod.layers, "2", nn.Linear(4, 4)),
+    ]
+    call_both(mod, cmod, torch.randn(2, 4))
+    for change in changes:
+        change()
+        call_both(mod, cmod, torch.randn(2, 4))
+        call_both(mod, cmod, torch.randn(2, 4))
+    assert len(own_entries(cmod)) == len(changes)
 
 
 # ---- grad mode ----------------------------------------------------------------------------

@@ -1,0 +1,178 @@
+"""Guard and fetch functions read every source prefix once, into a local, and take module
+children, parameters and buffers from the module's tables only where that is what attribute
+access returns (the recompiles this relies on are in test_guards.py)."""
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import compiler
+from compiler.tracer.access import AccessPlan
+
+from .helpers import RecordingBackend, assert_same
+
+
+class Scale(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.register_buffer("k", torch.full((2,), k))
+
+    def forward(self, x):
+        return x * self.k
+
+
+def guard_source(mod, *args):
+    cmod = compiler.compile(mod, backend=RecordingBackend())
+    assert_same(mod(*args), cmod(*args))
+    return compiler.inspect(cmod).functions[0].entries[0].guard_source
+
+
+def test_nested_sequential_reads_each_prefix_once():
+    net = nn.Sequential(nn.Sequential(Scale(2.0), Scale(3.0)), nn.ReLU())
+    source = guard_source(net, torch.randn(2))
+    assignments = [line.strip() for line in source.splitlines() if re.match(r"\s+\w+ = ", line)]
+    assert assignments == [
+        "L_self = L['self']",
+        "L_self_0 = L_self._modules['0']",
+        "L_self_1 = L_self._modules['1']",
+        "L_input = L['input']",
+        "L_self_0_0 = L_self_0._modules['0']",
+        "L_self_0_1 = L_self_0._modules['1']",
+        "L_self_0_0_k = L_self_0_0._buffers['k']",
+        "L_self_0_1_k = L_self_0_1._buffers['k']",
+        "globals2_F = ___globals2['F']",
+        "L_self_1_inplace = L_self_1.inplace",
+    ]
+    # every check reads locals: no chain is walked again from L
+    checks = [line for line in source.splitlines() if line.strip().startswith("if not")]
+    assert not [c for c in checks if "L[" in c or "][" in c], checks
+
+
+def test_guard_function_text_for_one_child():
+    source = guard_source(nn.Sequential(Scale(2.0)), torch.randn(2))
+    source = re.sub(r"  \(.*:\d+\)$", "", source, flags=re.M)  # user lines: paths vary
+    source = re.sub(r"___(\w+?)\d+", r"___\1", source)  # namespace numbering
+    start = source.index("        # L['self'][0] is a Scale")
+    end = source.index("    except Exception")
+    assert source[start:end] == (
+        "        # L['self'][0] is a Scale (its entries are read from its tables)\n"
+        "        if not (type(L_self_0) is ___type):\n"
+        "            return False\n"
+        "        L_self_0_k = L_self_0._buffers['k']\n"
+        "        # L['self'][0].k is a Tensor\n"
+        "        if not (type(L_self_0_k) is ___type):\n"
+        "            return False\n"
+        "        # L['self'][0].k has dtype torch.float32\n"
+        "        if not (L_self_0_k.dtype is ___dtype):\n"
+        "            return False\n"
+        "        # L['self'][0].k is on cpu\n"
+        "        if not (L_self_0_k.is_cpu):\n"
+        "            return False\n"
+        "        # L['self'][0].k has shape [2]\n"
+        "        if not (L_self_0_k.shape == (2,)):\n"
+        "            return False\n"
+        "        # L['self'][0].k has strides (1,)\n"
+        "        if not (L_self_0_k.stride() == (1,)):\n"
+        "            return False\n"
+        "        # L['self'][0].k.requires_grad is False\n"
+        "        if not (L_self_0_k.requires_grad is False):\n"
+        "            return False\n"
+    )
+
+
+# ---- which steps take the short path ----------------------------------------------------
+
+
+def plan_for(value, *sources):
+    namespace = {}
+
+    def ref(obj, hint):
+        name = f"___{hint}{len(namespace)}"
+        namespace[name] = obj
+        return name
+
+    return AccessPlan(list(sources), namespace, {"m": value}, {}, ref)
+
+
+def path_of(plan, source):
+    """The expression of the local holding `source` and the kinds of guards it relies on."""
+    _, needs = plan.rewrite(source)
+    local = needs[-1]
+    return local.expr, [g.kind for g in local.requires]
+
+
+class WithGetattr(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def __getattr__(self, name):
+        return super().__getattr__(name)
+
+
+class WithProperty(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    @property
+    def weight(self):
+        return self.lin.weight
+
+
+@pytest.mark.parametrize(
+    "module, source, expected",
+    [
+        (nn.Linear(2, 2), "L['m'].weight", ("L_m._parameters['weight']", ["TYPE_MATCH"])),
+        (
+            nn.BatchNorm1d(2),
+            "L['m'].running_mean",
+            ("L_m._buffers['running_mean']", ["TYPE_MATCH"]),
+        ),
+        (nn.BatchNorm1d(2), "L['m'].training", ("L_m.training", [])),  # in __dict__ already
+        (WithGetattr(), "L['m'].lin", ("L_m.lin", [])),  # its own __getattr__
+        (WithProperty(), "L['m'].weight", ("L_m.weight", [])),  # a class attribute
+        (
+            nn.Sequential(nn.ReLU(), nn.Tanh()),
+            "L['m'][1]",
+            ("L_m._modules['1']", ["TYPE_MATCH", "DICT_KEYS"]),
+        ),
+        (
+            nn.Sequential(nn.ReLU(), nn.Tanh()),
+            "L['m'][-2]",
+            ("L_m._modules['0']", ["TYPE_MATCH", "DICT_KEYS"]),
+        ),
+        (
+            nn.ModuleList([nn.ReLU(), nn.Tanh()]),
+            "L['m'][-1]",
+            ("L_m._modules['1']", ["TYPE_MATCH", "DICT_KEYS"]),
+        ),
+        (nn.ModuleDict({"a": nn.ReLU()}), "L['m']['a']", ("L_m._modules['a']", ["TYPE_MATCH"])),
+        (nn.Sequential(nn.ReLU()), "L['m'][5]", ("L_m[5]", [])),  # out of range: Python's error
+        ([nn.ReLU()], "L['m'][0]", ("L_m[0]", [])),  # not a module
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_short_paths(module, source, expected):
+    assert path_of(plan_for(module, source), source) == expected
+
+
+def test_named_sequential_item_is_read_by_its_key():
+    seq = nn.Sequential(__import__("collections").OrderedDict(conv=nn.Linear(2, 2), act=nn.ReLU()))
+    plan = plan_for(seq, "L['m'][1]", "L['m'][0].weight")
+    assert path_of(plan, "L['m'][1]")[0] == "L_m._modules['act']"
+    expr, needs = plan.rewrite("L['m'][0].weight.shape == (2, 2)")
+    assert expr == "L_m_0_weight.shape == (2, 2)"
+    assert [n.expr for n in needs] == [
+        "L['m']",
+        "L_m._modules['conv']",
+        "L_m_0._parameters['weight']",
+    ]
+
+
+def test_local_names_do_not_collide():
+    plan = plan_for({"a_b": 1, "a": {"b": 2}}, "L['m']['a_b']", "L['m']['a']['b']")
+    names = [plan.rewrite(s)[0] for s in ("L['m']['a_b']", "L['m']['a']['b']")]
+    assert len(set(names)) == 2, names

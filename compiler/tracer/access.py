@@ -40,6 +40,13 @@ _MISSING = object()
 _TABLES = ("_parameters", "_buffers", "_modules")  # nn.Module.__getattr__'s order
 _RESERVED = {"L", "G", "O", "F", *dir(builtins)}
 
+# The last step of a source as the tracer writes it: `.name`, `[int]`, `['str']`.
+_LAST_STEP = re.compile(r"\.([A-Za-z_]\w*)$|\[(-?\d+|'[^'\\]*')\]$")
+
+# A chain key: (name,) for a root name, else (base key, step, part) with step "." (part: the
+# attribute), "[]" (part: the index's repr) or "()" (part: the function's name).
+Key = tuple
+
 
 @dataclass
 class Local:
@@ -68,118 +75,188 @@ class AccessPlan:
         self.namespace = namespace
         self.ref = ref
         self._env = {"L": L, "G": G}
-        self._prefixes: set[str] = set()
-        for src in sources:
-            node = _parse(src)
-            while node is not None and not isinstance(node, ast.Name):
-                self._prefixes.add(ast.dump(node))
-                node = _chain_base(node)
-        self._locals: dict[str, Local] = {}
+        self._keys: dict[str, Key | None] = {}  # source text -> its chain key
+        self._prefixes: set[Key] = set()
+        roots: set[str] = set()
+        for src in set(sources):
+            key = self._key_of(src)
+            while key is not None and len(key) > 1:
+                self._prefixes.add(key)
+                key = key[0]
+            if key is not None:
+                roots.add(key[0])
+        # A name that starts a source chain, as a whole word: where one is left in a guard
+        # after its own source is taken out, the guard reads another source too.
+        self._other_chain = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(roots))) + r")\b")
+        self._locals: dict[Key, Local] = {}
         self._values: dict[str, Any] = {}
         self._used_names: set[str] = set()
+        self._rewritten: dict[tuple[str, str | None], tuple[str, list[Local]]] = {}
 
-    def rewrite(self, expr: str) -> tuple[str, list[Local]]:
+    def rewrite(self, expr: str, source: str | None = None) -> tuple[str, list[Local]]:
         """`expr` reading source prefixes through their locals, and those locals with all they
-        depend on, each listed after its dependencies."""
+        depend on, each listed after its dependencies. `source`, where given, is the one the
+        expression was written about (a guard's source): the common case of an expression
+        that reads nothing else is rewritten without parsing it."""
+        done = self._rewritten.get((expr, source))
+        if done is None:
+            done = self._rewrite_by_text(expr, source) or self._rewrite_by_ast(expr)
+            self._rewritten[(expr, source)] = done
+        return done
+
+    def _rewrite_by_text(self, expr: str, source: str | None) -> tuple[str, list[Local]] | None:
+        """`source`'s text replaced by its local, when that is certainly the same as replacing
+        the expression node: every occurrence stands alone (no name, number or `.` touches
+        it), no quote is left outside the occurrences (so none sits in a string literal), and
+        nothing left starts another source chain."""
+        key = self._keys.get(source) if source is not None else None
+        if key not in self._prefixes:
+            return None
+        rest = expr.replace(source, " ")
+        if "'" in rest or '"' in rest or self._other_chain.search(rest):
+            return None
+        at = expr.find(source)
+        while at >= 0:
+            end = at + len(source)
+            before = expr[at - 1] if at else " "
+            after = expr[end] if end < len(expr) else " "
+            if _joins(before) or before == "." or _joins(after):
+                return None
+            at = expr.find(source, end)
+        local = self._local_for(key)
+        return expr.replace(source, local.name), _closure([local])
+
+    def _rewrite_by_ast(self, expr: str) -> tuple[str, list[Local]]:
         tree = _parse(expr)
-        if tree is None:
+        if tree is None or tree.end_lineno != 1:
             return expr, []
+        text = expr.encode()  # AST offsets count UTF-8 bytes
+        spans: list[tuple[int, int, str]] = []
         used: list[Local] = []
-        new = _Replace(self, used).visit(tree)
-        return ast.unparse(new), _closure(used)
+        todo: list[ast.AST] = [tree]
+        keys: dict[int, Key | None] = {}
+        while todo:
+            node = todo.pop()
+            key = _node_key(node, keys) if isinstance(node, ast.expr) else None
+            if key in self._prefixes:
+                local = self._local_for(key)
+                used.append(local)
+                spans.append((node.col_offset, node.end_col_offset, local.name))
+            else:
+                todo.extend(reversed(list(ast.iter_child_nodes(node))))
+        for start, end, name in sorted(spans, reverse=True):
+            text = text[:start] + name.encode() + text[end:]
+        return text.decode(), _closure(used)
+
+    def _key_of(self, source: str) -> Key | None:
+        """The chain key of a source's text: its last step read off the end when it is one
+        the tracer writes (most sources extend another by one step), else parsed."""
+        if source in self._keys:
+            return self._keys[source]
+        m = _LAST_STEP.search(source)
+        if m is not None and m.start() > 0:
+            base = self._key_of(source[: m.start()])
+            if m.group(1) is not None:
+                key = (base, ".", m.group(1)) if base is not None else None
+            else:
+                index = m.group(2)
+                value = index[1:-1] if index.startswith("'") else int(index)
+                key = (base, "[]", repr(value)) if base is not None else None
+        elif source.isidentifier():
+            key = (source,)
+        else:
+            node = _parse(source)
+            key = _node_key(node, {}) if node is not None else None
+        self._keys[source] = key
+        return key
 
     # ---- deciding one local ---------------------------------------------------------------
 
-    def local_for(self, node: ast.expr) -> Local:
-        key = ast.dump(node)
+    def _local_for(self, key: Key) -> Local:
         found = self._locals.get(key)
         if found is not None:
             return found
-        base = _chain_base(node)
-        base_local = (
-            self.local_for(base) if base is not None and ast.dump(base) in self._prefixes else None
-        )
+        base_key, step, part = key
+        base = self._local_for(base_key) if base_key in self._prefixes else None
+        base_text = base.name if base is not None else _text(base_key)
         requires: list[Guard] = []
-        expr = None
-        if base_local is not None:
-            expr = self._short_path(node, base_local, requires)
+        expr = self._short_path(base, step, part, requires) if base is not None else None
         if expr is None:
             requires = []
-            expr = _with_base(node, base, base_local)
-        local = Local(
-            self._name_for(node),
-            expr,
-            ast.unparse(node),
-            requires,
-            [base_local] if base_local else [],
-        )
+            expr = _step_text(base_text, step, part)
+        deps = [base] if base is not None else []
+        name = self._name_for(base.name if base is not None else base_key[0].strip("_"), step, part)
+        local = Local(name, expr, _text(key), requires, deps)
         self._locals[key] = local
-        self._values[local.name] = self._evaluate(local)
         return local
 
-    def _evaluate(self, local: Local) -> Any:
-        env = dict(self._env)
-        for dep in local.deps:
-            env[dep.name] = self._values[dep.name]
-            if env[dep.name] is _MISSING:
-                return _MISSING
-        try:
-            return eval(local.expr, self.namespace, env)
-        except Exception:
-            return _MISSING
+    def _value(self, local: Local) -> Any:
+        """The value `local` held when the entry was traced (_MISSING where reading it raised);
+        read only for the prefixes whose next step needs a decision."""
+        if local.name not in self._values:
+            env = dict(self._env)
+            for dep in local.deps:
+                env[dep.name] = self._value(dep)
+            if any(env[dep.name] is _MISSING for dep in local.deps):
+                self._values[local.name] = _MISSING
+            else:
+                try:
+                    self._values[local.name] = eval(local.expr, self.namespace, env)
+                except Exception:
+                    self._values[local.name] = _MISSING
+        return self._values[local.name]
 
-    def _short_path(self, node: ast.expr, base: Local, requires: list[Guard]) -> str | None:
-        value = self._values[base.name]
+    def _short_path(self, base: Local, step: str, part: str, requires: list[Guard]) -> str | None:
+        value = self._value(base)
         if not isinstance(value, torch.nn.Module) or not _plain_lookup(type(value)):
             return None
-        if isinstance(node, ast.Attribute):
-            name = node.attr
-            if name in value.__dict__ or _class_defines(type(value), name):
+        if step == ".":
+            if part in value.__dict__ or _class_defines(type(value), part):
                 return None
             for table in _TABLES:
-                if name in value.__dict__.get(table, ()):
+                if part in value.__dict__.get(table, ()):
                     requires.append(self._type_guard(base, value))
-                    return f"{base.name}.{table}[{name!r}]"
+                    return f"{base.name}.{table}[{part!r}]"
             return None
-        if isinstance(node, ast.Subscript):
-            key = _literal(node.slice)
-            modules = value.__dict__.get("_modules")
-            if modules is None or isinstance(key, bool) or not isinstance(key, (int, str)):
-                return None
-            getitem = type(value).__getitem__
-            if isinstance(key, str):
-                if getitem is not torch.nn.ModuleDict.__getitem__ or key not in modules:
-                    return None
-                requires.append(self._type_guard(base, value))
-                return f"{base.name}._modules[{key!r}]"
-            keys = list(modules)
-            if not -len(keys) <= key < len(keys):
-                return None
-            if (
-                getitem is torch.nn.Sequential.__getitem__
-                and type(value).__len__ is torch.nn.Sequential.__len__
-            ):
-                child_key = keys[key]
-            elif (
-                getitem is torch.nn.ModuleList.__getitem__
-                and type(value).__len__ is torch.nn.ModuleList.__len__
-            ):
-                child_key = str(key % len(keys))
-                if child_key not in modules:
-                    return None
-            else:
+        if step != "[]":
+            return None
+        index = ast.literal_eval(part)
+        modules = value.__dict__.get("_modules")
+        if modules is None or isinstance(index, bool) or not isinstance(index, (int, str)):
+            return None
+        getitem = type(value).__getitem__
+        if isinstance(index, str):
+            if getitem is not torch.nn.ModuleDict.__getitem__ or index not in modules:
                 return None
             requires.append(self._type_guard(base, value))
-            requires.append(
-                Guard(
-                    "DICT_KEYS",
-                    f"{base.source}._modules",
-                    f"list({base.source}._modules.keys()) == {keys!r}",
-                    f"{base.source} has children {keys!r}",
-                )
+            return f"{base.name}._modules[{index!r}]"
+        keys = list(modules)
+        if not -len(keys) <= index < len(keys):
+            return None
+        if (
+            getitem is torch.nn.Sequential.__getitem__
+            and type(value).__len__ is torch.nn.Sequential.__len__
+        ):
+            child_key = keys[index]
+        elif (
+            getitem is torch.nn.ModuleList.__getitem__
+            and type(value).__len__ is torch.nn.ModuleList.__len__
+        ):
+            child_key = str(index % len(keys))
+            if child_key not in modules:
+                return None
+        else:
+            return None
+        requires.append(self._type_guard(base, value))
+        requires.append(
+            Guard(
+                "DICT_KEYS",
+                f"{base.source}._modules",
+                f"list({base.source}._modules.keys()) == {keys!r}",
+                f"{base.source} has children {keys!r}",
             )
-            return f"{base.name}._modules[{child_key!r}]"
-        return None
+        )
+        return f"{base.name}._modules[{child_key!r}]"
 
     def _type_guard(self, base: Local, value: Any) -> Guard:
         cls = type(value)
@@ -191,8 +268,10 @@ class AccessPlan:
             f"{base.source} is a {cls.__name__} (its entries are read from its tables)",
         )
 
-    def _name_for(self, node: ast.expr) -> str:
-        name = re.sub(r"\W+", "_", ast.unparse(node)).strip("_")
+    def _name_for(self, base: str, step: str, part: str) -> str:
+        """A readable name for a chain's local: L['self'].layer1[0] -> L_self_layer1_0."""
+        part = re.sub(r"\W+", "_", part).strip("_")
+        name = f"{part}_{base}" if step == "()" else f"{base}_{part}"
         if not name.isidentifier() or keyword.iskeyword(name):
             name = f"v_{name}" if f"v_{name}".isidentifier() else "v"
         unique, n = name, 1
@@ -203,34 +282,31 @@ class AccessPlan:
         return unique
 
 
-class _Replace(ast.NodeTransformer):
-    def __init__(self, plan: AccessPlan, used: list[Local]):
-        self.plan = plan
-        self.used = used
-
-    def visit(self, node: ast.AST) -> ast.AST:
-        if isinstance(node, ast.expr) and ast.dump(node) in self.plan._prefixes:
-            local = self.plan.local_for(node)
-            self.used.append(local)
-            return ast.Name(local.name, ast.Load())
-        return self.generic_visit(node)
-
-
 def _closure(used: list[Local]) -> list[Local]:
+    """`used` with every local they depend on, each after its dependencies."""
+    if len(used) == 1:
+        return _chain(used[0])
     out: list[Local] = []
     seen: set[str] = set()
-
-    def add(local: Local) -> None:
-        if local.name in seen:
-            return
-        seen.add(local.name)
-        for dep in local.deps:
-            add(dep)
-        out.append(local)
-
     for local in used:
-        add(local)
+        for step in _chain(local):
+            if step.name not in seen:
+                seen.add(step.name)
+                out.append(step)
     return out
+
+
+def _chain(local: Local) -> list[Local]:
+    """`local` after the locals it is read from, root first."""
+    chain = [local]
+    while chain[-1].deps:
+        chain.append(chain[-1].deps[0])
+    return chain[::-1]
+
+
+def _joins(ch: str) -> bool:
+    """`ch` would continue a name or a number written next to it."""
+    return ch.isalnum() or ch == "_"
 
 
 def _parse(text: str) -> ast.expr | None:
@@ -240,42 +316,61 @@ def _parse(text: str) -> ast.expr | None:
         return None
 
 
-def _chain_base(node: ast.expr) -> ast.expr | None:
-    """The prefix one step shorter than `node`, if `node` is a step of a source chain:
-    `X.attr`, `X[literal]`, or `f(X)` (`type(X)`, `___iter_rest(X)`)."""
-    if isinstance(node, ast.Attribute):
-        return node.value
-    if isinstance(node, ast.Subscript) and _literal(node.slice) is not _MISSING:
-        return node.value
-    if (
+def _node_key(node: ast.expr, memo: dict[int, Key | None]) -> Key | None:
+    """The chain key of an expression node: `X.attr`, `X[literal]`, `f(X)` (`type(X)`,
+    `___iter_rest(X)`) over a chain, or a name; None for anything else."""
+    if id(node) in memo:
+        return memo[id(node)]
+    key: Key | None = None
+    if isinstance(node, ast.Name):
+        key = (node.id,)
+    elif isinstance(node, ast.Attribute):
+        base = _node_key(node.value, memo)
+        key = (base, ".", node.attr) if base is not None else None
+    elif isinstance(node, ast.Subscript):
+        index = _literal(node.slice)
+        base = _node_key(node.value, memo) if index is not _MISSING else None
+        key = (base, "[]", repr(index)) if base is not None else None
+    elif (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and len(node.args) == 1
         and not node.keywords
     ):
-        return node.args[0]
-    return None
+        base = _node_key(node.args[0], memo)
+        key = (base, "()", node.func.id) if base is not None else None
+    memo[id(node)] = key
+    return key
 
 
 def _literal(node: ast.expr) -> Any:
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _MISSING
+    """The value of an index as sources write it (a constant, a negative number, a tuple of
+    those), or _MISSING."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _literal(node.operand)
+        return -value if type(value) in (int, float, complex) else _MISSING
+    if isinstance(node, ast.Tuple):
+        items = tuple(_literal(e) for e in node.elts)
+        return _MISSING if _MISSING in items else items
+    return _MISSING
 
 
-def _with_base(node: ast.expr, base: ast.expr | None, base_local: Local | None) -> str:
-    """`node`'s own Python, reading its base through `base_local`."""
-    if base_local is None:
-        return ast.unparse(node)
-    name = ast.Name(base_local.name, ast.Load())
-    if isinstance(node, ast.Attribute):
-        new: ast.expr = ast.Attribute(name, node.attr, ast.Load())
-    elif isinstance(node, ast.Subscript):
-        new = ast.Subscript(name, node.slice, ast.Load())
-    else:
-        new = ast.Call(node.func, [name], [])
-    return ast.unparse(new)
+def _step_text(base: str, step: str, part: str) -> str:
+    if step == ".":
+        return f"{base}.{part}"
+    if step == "[]":
+        return f"{base}[{part}]"
+    return f"{part}({base})"
+
+
+def _text(key: Key) -> str:
+    """The Python a chain key stands for, as the tracer writes sources."""
+    if len(key) == 1:
+        return key[0]
+    base, step, part = key
+    return _step_text(_text(base), step, part)
 
 
 def _plain_lookup(cls: type) -> bool:

@@ -158,9 +158,9 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     lines = [f"def {name}(L, G):", "    try:"]
 
     def add_check(g: Guard) -> None:
-        expr, needs = plan.rewrite(g.expr)
+        expr, needs = plan.rewrite(g.expr, g.source)
         define(needs, g.user_line)
-        checks.append(_Check(g, expr, plan.rewrite(g.source)[0], needs))
+        checks.append(_Check(g, expr, plan.rewrite(g.source, g.source)[0], needs))
         where = f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
         lines.append(f"        # {g.description}{where}")
         lines.append(f"        if not ({expr}):")

@@ -219,7 +219,7 @@ def compile_fetch(sources: list[str], namespace: dict[str, Any], guards: Compile
     defined: set[str] = set()
     values = []
     for src in sources:
-        expr, needs = guards.access.rewrite(src)
+        expr, needs = guards.access.rewrite(src, src)
         if any(local.name not in guards.defined for local in needs):
             values.append(src)
             continue

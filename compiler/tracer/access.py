@@ -74,7 +74,7 @@ class AccessPlan:
     ):
         self.namespace = namespace
         self.ref = ref
-        self._env = {"L": L, "G": G}
+        self._env: dict | None = {"L": L, "G": G}
         self._keys: dict[str, Key | None] = {}  # source text -> its chain key
         self._prefixes: set[Key] = set()
         roots: set[str] = set()
@@ -103,6 +103,12 @@ class AccessPlan:
             done = self._rewrite_by_text(expr, source) or self._rewrite_by_ast(expr)
             self._rewritten[(expr, source)] = done
         return done
+
+    def release(self) -> None:
+        """Drop the traced frame's values (the entry must not keep its first inputs alive);
+        prefixes first seen after this take their plain path."""
+        self._env = None
+        self._values.clear()
 
     def _rewrite_by_text(self, expr: str, source: str | None) -> tuple[str, list[Local]] | None:
         """`source`'s text replaced by its local, when that is certainly the same as replacing
@@ -193,6 +199,8 @@ class AccessPlan:
     def _value(self, local: Local) -> Any:
         """The value `local` held when the entry was traced (_MISSING where reading it raised);
         read only for the prefixes whose next step needs a decision."""
+        if self._env is None:
+            return _MISSING
         if local.name not in self._values:
             env = dict(self._env)
             for dep in local.deps:

@@ -179,6 +179,7 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
 
     for g in guard_set.guards:
         add_check(g)
+    plan.release()
     lines.append("    except Exception:  # a value is missing or of another kind")
     lines.append("        return False")
     lines.append("    return True")

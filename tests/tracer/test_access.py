@@ -2,7 +2,9 @@
 children, parameters and buffers from the module's tables only where that is what attribute
 access returns (the recompiles this relies on are in test_guards.py)."""
 
+import gc
 import re
+import weakref
 
 import pytest
 import torch
@@ -176,3 +178,16 @@ def test_local_names_do_not_collide():
     plan = plan_for({"a_b": 1, "a": {"b": 2}}, "L['m']['a_b']", "L['m']['a']['b']")
     names = [plan.rewrite(s)[0] for s in ("L['m']['a_b']", "L['m']['a']['b']")]
     assert len(set(names)) == 2, names
+
+
+def test_entry_does_not_keep_its_first_inputs_alive():
+    def f(x, y):
+        return x * 2 + y
+
+    cf = compiler.compile(f, backend="eager")
+    x = torch.randn(3)
+    cf(x, torch.randn(3))
+    freed = weakref.ref(x)
+    del x
+    gc.collect()
+    assert freed() is None

@@ -719,7 +719,12 @@ def scale(x, factor):
 x = torch.randn(8)
 scale(x, 2.0)
 """),
-    md("The guards of the first entry, as the straight-line Python the compiler generated:"),
+    md("""
+The guards of the first entry, as the straight-line Python the compiler generated: one check
+per line under a comment that says why. Each value the checks read is fetched once into a
+local (`L_x = L['x']`); in a module, children, parameters and buffers are read straight from
+its `_modules`, `_parameters` and `_buffers` tables, under a guard that pins the module's type.
+"""),
     code("""
 entry = compiler.inspect(scale).functions[0].entries[0]
 print(entry.guard_source)

@@ -273,7 +273,8 @@ class AccessPlan:
             "TYPE_MATCH",
             base.source,
             f"type({base.source}) is {ref}",
-            f"{base.source} is a {cls.__name__} (its entries are read from its tables)",
+            f"{base.source} is a {cls.__name__}"
+            " (its children, parameters and buffers are read from its tables)",
         )
 
     def _name_for(self, base: str, step: str, part: str) -> str:

@@ -59,7 +59,7 @@ def test_guard_function_text_for_one_child():
     start = source.index("        # L['self'][0] is a Scale")
     end = source.index("    except Exception")
     assert source[start:end] == (
-        "        # L['self'][0] is a Scale (its entries are read from its tables)\n"
+        "        # L['self'][0] is a Scale (its children, parameters and buffers are read from its tables)\n"
         "        if not (type(L_self_0) is ___type):\n"
         "            return False\n"
         "        L_self_0_k = L_self_0._buffers['k']\n"

@@ -191,3 +191,24 @@ def test_entry_does_not_keep_its_first_inputs_alive():
     del x
     gc.collect()
     assert freed() is None
+
+
+ODD_KEYS = ["it's", 'a"b', "x.y", "a]b", ("t", 1), 3, "ключ", ""]
+
+
+def sum_of_values(d, xs):
+    out = xs[-1] * 2
+    for k in d:
+        out = out + d[k]
+    return out
+
+
+def test_sources_with_odd_keys_read_the_same_values():
+    cf = compiler.compile(sum_of_values, backend=RecordingBackend())
+    for shape in [(3,), (3,), (2, 3)]:
+        d = {k: torch.randn(shape) for k in ODD_KEYS}
+        xs = [torch.randn(shape), torch.randn(shape)]
+        assert_same(sum_of_values(d, xs), cf(d, xs))
+    entries = compiler.inspect(cf).functions[0].entries
+    assert len(entries) == 2, [e.recompile_reason for e in entries]
+    assert "shape" in entries[1].recompile_reason

@@ -74,6 +74,32 @@ class KernelRecord:
     config: dict[str, Any] = field(default_factory=dict)
     bytes_accessed: int = 0  # minimal bytes read + written, for achieved bandwidth
     measured_ms: float | None = None  # filled by a timing run
+    graph: str = ""  # "forward" or "backward" for a training graph's kernels, else ""
+
+
+@dataclass
+class SavedTensorRecord:
+    """A tensor a training graph's forward keeps for its backward."""
+
+    name: str  # its node in the forward aten graph
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    fused_nodes: list[str] = field(default_factory=list)  # the user's FX nodes it came from
+    source_lines: list[SourceLine] = field(default_factory=list)
+
+
+@dataclass
+class PartitionRecord:
+    """How a training graph was split into forward and backward (compiler/aot/partition.py)."""
+
+    saved: list[SavedTensorRecord] = field(default_factory=list)
+    recomputed: list[str] = field(default_factory=list)  # forward aten nodes the backward redoes
+    mutated_inputs: list[str] = field(default_factory=list)  # written back after the forward
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(s.nbytes for s in self.saved)
 
 
 @dataclass
@@ -86,12 +112,15 @@ class GraphRecord:
     source_lines: list[SourceLine] = field(default_factory=list)  # user lines this graph covers
     backend: str = ""
     example_inputs: list[str] = field(default_factory=list)  # readable descriptions
-    aot_graphs: dict[str, str] = field(default_factory=dict)  # "forward", "backward", "joint" -> code
+    aot_graphs: dict[str, str] = field(
+        default_factory=dict
+    )  # "forward", "backward", "joint" -> code
     kernels: list[KernelRecord] = field(default_factory=list)
     wrapper_source: str | None = None
     stage_times: list[StageTime] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. "op aten.foo ran as an extern call"
     fallback: str | None = None  # set when the backend failed and the graph runs eagerly
+    partition: PartitionRecord | None = None  # training graphs: what the backward saves/redoes
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:

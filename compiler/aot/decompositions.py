@@ -65,10 +65,17 @@ KEEP = [
 ]
 
 
+# Kept whole in training graphs only: their decompositions are right for the forward alone.
+# The CPU flash attention's returns the attention weights where its backward reads the
+# log-sum-exp.
+KEEP_FOR_TRAINING = [aten._scaled_dot_product_flash_attention_for_cpu]
+
+
 @functools.lru_cache(maxsize=None)
-def decomposition_table() -> dict:
-    """OpOverload -> Python decomposition, built once."""
+def decomposition_table(training: bool = False) -> dict:
+    """OpOverload -> Python decomposition, built once (per kind of graph)."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
-    keep = {op for packet in KEEP for op in (getattr(packet, o) for o in packet.overloads())}
+    kept = KEEP + KEEP_FOR_TRAINING if training else KEEP
+    keep = {op for packet in kept for op in (getattr(packet, o) for o in packet.overloads())}
     return {op: fn for op, fn in table.items() if op not in keep}

@@ -1,4 +1,4 @@
-"""Torch-level FX graph -> functional aten graph (inference only).
+"""Torch-level FX graph -> functional aten graph.
 
 `make_fx` re-traces the graph through the dispatcher under FakeTensorMode, applying our
 decomposition table; `functionalize` turns in-place ops (`relu_`) into their functional forms.
@@ -38,8 +38,11 @@ def needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
     return any(t.requires_grad for t in tensors)
 
 
-def trace_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> AotGraph:
-    """The functional aten graph of `gm` for inputs shaped like `example_inputs`."""
+def trace_forward(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor], training: bool = False
+) -> AotGraph:
+    """The functional aten graph of `gm` for inputs shaped like `example_inputs`
+    (`training`: `gm` is a joint forward+backward graph; see decomposition_table)."""
 
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
@@ -51,7 +54,7 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     with fx_traceback.preserve_node_meta(), torch.no_grad():
         aten_gm = make_fx(
             functionalize(run),
-            decomposition_table=decomposition_table(),
+            decomposition_table=decomposition_table(training),
             tracing_mode="fake",
             _allow_non_fake_inputs=True,  # parameters stay real: they become constants
         )(*example_inputs)

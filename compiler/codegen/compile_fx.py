@@ -9,8 +9,8 @@
 Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
 with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
 runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
-(COMPILER_STRICT=1 raises instead). Graphs that need autograd run eagerly until joint
-forward/backward graphs land in compiler/aot.
+(COMPILER_STRICT=1 raises instead). Graphs that need autograd go to compile_training.py:
+a joint forward+backward graph, partitioned, each half compiled by the stages here.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from compiler.runtime.cache import load_module
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
-AUTOGRAD_NOTE = "training graphs run eagerly until compiler/aot joint graphs land"
 _warned: set[str] = set()
 
 
@@ -49,9 +48,11 @@ def compile_fx(
     sake and has no keys yet."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
-        if record is not None:
-            record.notes.append(AUTOGRAD_NOTE)
-        return gm.forward
+        from compiler.codegen.compile_training import CompiledTraining
+
+        training = CompiledTraining(gm, mode, record)
+        training.entry_for(list(example_inputs))
+        return training
     compiled = CompiledGraph(gm, mode, record)
     compiled.entry_for(list(example_inputs))
     return compiled
@@ -68,13 +69,27 @@ def _signature(args: Sequence[Any]) -> tuple:
 
 class CompiledGraph:
     """Runs the compiled code for each input signature (shapes, strides, dtypes, devices) it
-    has seen, compiling on the first call with a new one."""
+    has seen, compiling on the first call with a new one.
 
-    def __init__(self, gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None):
+    Given `aot`, the graph is already a functional aten graph (a training graph's forward or
+    backward half, named by `part`): the aot stage is skipped and the kernels are recorded
+    as that part's."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        mode: str | None,
+        record: GraphRecord | None,
+        aot: AotGraph | None = None,
+        part: str = "",
+    ):
         self.gm = gm
         self.mode = mode
         self.record = record
+        self.aot = aot
+        self.part = part
         self.entries: dict[tuple, Callable] = {}
+        self.output_layouts: dict[tuple, list] = {}  # per signature: the outputs' IR layouts
 
     def __call__(self, *args: Any) -> Any:
         entry = self.entries.get(_signature(args))
@@ -85,7 +100,9 @@ class CompiledGraph:
     def entry_for(self, args: list) -> Callable:
         key = _signature(args)
         try:
-            built = _Compiled(self.gm, args, self.mode, self.record).build()
+            compiling = _Compiled(self.gm, args, self.mode, self.record, self.aot, self.part)
+            built = compiling.build()
+            self.output_layouts[key] = compiling.output_layouts
         except Exception as exc:  # never break user code: run the graph eagerly
             self.entries[key] = self._fallback(exc)
             return self.entries[key]
@@ -122,12 +139,20 @@ class _Compiled:
     """One compilation for one input signature."""
 
     def __init__(
-        self, gm: torch.fx.GraphModule, inputs: list, mode: str | None, record: GraphRecord | None
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: list,
+        mode: str | None,
+        record: GraphRecord | None,
+        aot: AotGraph | None = None,
+        part: str = "",
     ):
         self.gm, self.inputs, self.mode = gm, inputs, mode
         self.record = (
             record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
         )
+        self.aot, self.part = aot, part
+        self.output_layouts: list = []  # the IR TensorArg of each tensor output
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
 
     def stage(self, name: str):
@@ -142,18 +167,22 @@ class _Compiled:
         if emitter is None:
             self.record.notes.append(f"ran eagerly: {why}")
             return self.gm.forward
-        with self.stage("aot"):
-            aot = trace_forward(self.gm, self.inputs)
-        self.record.aot_graphs["forward"] = aot.gm.code
+        aot = self.aot
+        if aot is None:
+            with self.stage("aot"):
+                aot = trace_forward(self.gm, self.inputs)
+            self.record.aot_graphs["forward"] = aot.gm.code
         with self.stage("lower"):
             graph, notes = lower(aot, self.inputs)
+        self.output_layouts = list(graph.outputs)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             sched = fuse(graph)
         with self.stage("codegen"):
             kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
+            what = f"the {self.part} graph" if self.part else "a graph"
             source = wrapper_source(
-                sched, kernels, f"wrapper for a graph of {len(self.gm.graph.nodes)} FX nodes"
+                sched, kernels, f"wrapper for {what} of {len(self.gm.graph.nodes)} FX nodes"
             )
         self._dump(aot, graph, sched, kernels, source)
         with self.stage("compile"):
@@ -197,7 +226,10 @@ class _Compiled:
 
     def _records(self, sched: Schedule, kernels: dict[str, KernelSource], source: str) -> None:
         rec = self.record
-        rec.wrapper_source = source
+        if self.part and rec.wrapper_source:  # a training graph's halves: both wrappers
+            rec.wrapper_source = f"{rec.wrapper_source}\n\n{source}"
+        else:
+            rec.wrapper_source = source
         for launch in sched.launches:
             if isinstance(launch, KernelGroup):
                 k = kernels[launch.name]
@@ -211,6 +243,7 @@ class _Compiled:
                         k.grid,
                         dict(k.config),
                         k.bytes_accessed,
+                        graph=self.part,
                     )
                 )
             else:
@@ -228,6 +261,7 @@ class _Compiled:
                         "",
                         {"op": node.op},
                         nbytes,
+                        graph=self.part,
                     )
                 )
 

@@ -58,7 +58,8 @@ class KernelRef:
 
     @property
     def label(self) -> str:
-        return f"{self.kernel.name} ({self.kernel.language}, graph {self.graph.index})"
+        part = f" {self.kernel.graph}" if self.kernel.graph else ""  # a training graph's half
+        return f"{self.kernel.name} ({self.kernel.language}, graph {self.graph.index}{part})"
 
 
 def _first_line(graph: GraphRecord) -> int:

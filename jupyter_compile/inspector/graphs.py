@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from compiler.records import PartitionRecord
 from jupyter_compile import graph_svg
 from jupyter_compile.html import details, esc, heading, highlight, note, table
 from jupyter_compile.inspector.common import (
@@ -52,11 +53,48 @@ def graph_details(ref: GraphRef) -> str:
         parts.append(details("compile stages", table(["stage", "time"], rows)))
     if g.notes:
         parts.append(details(f"backend notes ({len(g.notes)})", "".join(note(n) for n in g.notes)))
+    if g.partition is not None:
+        parts.append(partition_details(g.partition))
     for name, code in g.aot_graphs.items():
         parts.append(details(f"aten graph: {name}", highlight(code)))
     if g.wrapper_source:
         parts.append(details("generated wrapper", highlight(g.wrapper_source)))
     return "".join(parts)
+
+
+def partition_details(part: PartitionRecord) -> str:
+    """A training graph's split: what the forward keeps for the backward, what the
+    backward recomputes, which inputs are written back."""
+    rows = [
+        (
+            s.name,
+            f"{s.dtype}{list(s.shape)}",
+            f"{s.nbytes:,}",
+            "; ".join(f"{where(ln)}: {ln.text.strip()}" for ln in unique_lines(s.source_lines))
+            or ", ".join(s.fused_nodes)
+            or "graph input",
+        )
+        for s in part.saved
+    ]
+    body = [
+        note(
+            f"the forward saves {len(part.saved)} tensors ({part.saved_bytes:,} bytes) for the "
+            f"backward, which recomputes {len(part.recomputed)} cheap forward ops instead of "
+            "keeping their results"
+        ),
+        table(["saved", "tensor", "bytes", "from"], rows, mono_cols=(0,)),
+    ]
+    if part.recomputed:
+        body.append(heading("recomputed in the backward"))
+        body.append(
+            '<div style="font-family: monospace; font-size: 12px;">'
+            + ", ".join(esc(n) for n in part.recomputed)
+            + "</div>"
+        )
+    if part.mutated_inputs:
+        body.append(heading("inputs written back after the forward"))
+        body.append(note(", ".join(part.mutated_inputs)))
+    return details(f"forward / backward split ({len(part.saved)} saved)", "".join(body))
 
 
 def drawing(ref: GraphRef, page: int = 0) -> tuple[str, int]:

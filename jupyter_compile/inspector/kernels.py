@@ -29,6 +29,10 @@ _LANGUAGE_LEXER = {"triton": "python", "cpp": "cpp", "extern": "python"}
 
 def facts(kernel: KernelRecord, timed: bool = False) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [("language", kernel.language)]
+    if kernel.graph == "backward":
+        rows.append(("runs in", "the backward pass (loss.backward()): gradients of its FX nodes"))
+    elif kernel.graph == "forward":
+        rows.append(("runs in", "the forward pass of a training graph"))
     if kernel.grid:
         rows.append(("grid", kernel.grid))
     if kernel.config:

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from compiler.codegen.compile_fx import AUTOGRAD_NOTE, compile_fx
+from compiler.codegen.compile_fx import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 from tests.codegen.helpers import compile_and_run, rand
 
@@ -97,7 +97,7 @@ def test_unlowered_op_runs_as_extern_with_note():
     assert record.fallback is None
 
 
-def test_autograd_graphs_run_eagerly_with_note():
+def test_autograd_graphs_compile_a_backward():
     gm = torch.fx.symbolic_trace(lambda x: (x.sin() * 2,))
     x = rand(3).requires_grad_()
     record = _record(gm)
@@ -106,7 +106,8 @@ def test_autograd_graphs_run_eagerly_with_note():
     out = fn(x)[0]
     out.sum().backward()
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
-    assert AUTOGRAD_NOTE in record.notes
+    assert {k.graph for k in record.kernels} == {"forward", "backward"}
+    assert record.partition is not None and record.fallback is None
 
 
 def test_internal_failure_falls_back_with_warning(monkeypatch):

@@ -188,3 +188,19 @@ def test_explain_view_from_an_explain_output() -> None:
     assert f'print("{EVIL}")' in text  # the exact source line of the break
     assert "<script>" not in markup
     assert "break 0: call to builtin print" in repr(view)
+
+
+def test_training_graph_shows_its_split_and_backward_kernels() -> None:
+    import compiler
+
+    def loss(x, w):
+        return torch.tanh(x @ w).sum()
+
+    compiled = compiler.compile(loss)
+    compiled(torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)).backward()
+    view = Inspector("loss", lambda: compiler.inspect(compiled))
+    static = visible(view._repr_mimebundle_()["text/html"])
+    assert "forward / backward split" in static and "aten graph: backward" in static
+    assert "graph 0 backward" in static  # kernel labels name the half they run in
+    assert "the backward pass (loss.backward())" in static
+    compiler.reset()

@@ -1,0 +1,105 @@
+"""Running a partitioned training graph: the forward's kernels inside a torch.autograd.Function
+whose backward runs the backward's kernels.
+
+`TrainingGraph(*inputs)` returns the user graph's outputs, attached to autograd: when the
+user calls `loss.backward()`, autograd's engine calls `backward` below with the incoming
+gradients, which runs the compiled backward on the saved tensors, and autograd routes the
+results to the inputs (parameters' `.grad` accumulate exactly as in eager).
+
+Eager semantics kept on purpose:
+* inputs the forward mutates (BatchNorm's running statistics) are written back after the
+  forward kernels run (the compiled forward returns their new values, so it stays free of
+  side effects and can be replayed as a CUDA graph);
+* outputs that do not require grad in eager are marked non-differentiable;
+* a gradient that arrives with other strides than the backward was compiled for (an
+  expanded `ones` from `.sum()`, a transposed view) is copied into the expected layout, and
+  a missing one (an output that did not reach the loss) arrives as zeros;
+* saved tensors go through `save_for_backward`, so a second backward without
+  `retain_graph=True` and an in-place change of a saved tensor fail as they do in eager;
+  double backward (`create_graph=True` through this graph) raises a clear error instead of
+  silently returning gradients without history.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from compiler.aot.joint import JointGraph, OutputInfo
+from compiler.aot.partition import Partition
+
+
+class TrainingGraph:
+    """One compiled training graph for one input signature. `forward(*inputs)` and
+    `backward(*saved, *tangents)` are the compiled halves (flat tuples out)."""
+
+    def __init__(
+        self,
+        joint: JointGraph,
+        part: Partition,
+        forward: Callable[..., Sequence[Any]],
+        backward: Callable[..., Sequence[Any]],
+    ):
+        self.joint, self.part = joint, part
+        self.forward, self.backward = forward, backward
+        outputs = joint.tensor_outputs
+        self.non_differentiable = [i for i, o in enumerate(outputs) if not o.differentiable]
+        self.tangent_outputs = [(i, o) for i, o in enumerate(outputs) if o.differentiable]
+        self.grad_inputs = [i for i, rg in enumerate(joint.requires_grad) if rg]
+
+    def __call__(self, *args: Any) -> Any:
+        if torch.is_grad_enabled():
+            tensors = _CompiledFunction.apply(self, *args)
+        else:  # called under no_grad after all: outputs only, nothing saved
+            tensors, _ = self.run_forward(list(args))
+        it = iter(tensors)
+        leaves = [next(it) if o.tensor else o.value for o in self.joint.outputs]
+        return self.joint.spec.unflatten(leaves)
+
+    def run_forward(self, args: list) -> tuple[tuple, tuple]:
+        results = tuple(self.forward(*args))
+        n, m = self.part.num_outputs, len(self.part.mutated)
+        outputs, new_values, saved = results[:n], results[n : n + m], results[n + m :]
+        if m:
+            with torch.no_grad():
+                torch._foreach_copy_([args[i] for i in self.part.mutated], list(new_values))
+        return outputs, saved
+
+    def run_backward(self, saved: Sequence[torch.Tensor], grads: Sequence[Any]) -> list:
+        tangents = [_in_layout(grads[i], out) for i, out in self.tangent_outputs]
+        results = self.backward(*saved, *tangents)
+        full: list = [None] * self.joint.num_inputs
+        for i, g in zip(self.grad_inputs, results):
+            full[i] = g
+        return full
+
+
+class _CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, graph: TrainingGraph, *args: torch.Tensor) -> tuple:
+        outputs, saved = graph.run_forward(list(args))
+        ctx.graph = graph
+        ctx.save_for_backward(*saved)
+        ctx.mark_non_differentiable(*(outputs[i] for i in graph.non_differentiable))
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        if torch.is_grad_enabled():  # autograd turns grad mode on only for create_graph=True
+            raise RuntimeError(
+                "double backward through a compiled training graph is not supported: "
+                "backward(create_graph=True) / autograd.grad(create_graph=True) needs the "
+                "backward's own graph, which compiled kernels do not record; run this "
+                "function eagerly (compiler.compile(..., backend='eager')) for it"
+            )
+        return (None, *ctx.graph.run_backward(ctx.saved_tensors, grads))
+
+
+def _in_layout(grad: torch.Tensor, out: OutputInfo) -> torch.Tensor:
+    """`grad` with the size, strides and dtype the compiled backward expects (autograd
+    materialises a missing gradient as zeros before it gets here)."""
+    if tuple(grad.stride()) == out.stride and grad.dtype == out.dtype:
+        return grad
+    fixed = torch.empty_strided(out.size, out.stride, dtype=out.dtype, device=grad.device)
+    return fixed.copy_(grad)

@@ -1,0 +1,180 @@
+"""compile_fx for graphs that need autograd, as named stages:
+
+    aot        FX graph -> the joint forward+backward aten graph (compiler/aot/joint.py)
+    partition  joint graph -> forward graph + backward graph (compiler/aot/partition.py)
+    lower, schedule, codegen, compile
+               each half, by compile_fx's own stages (its kernels recorded as "forward"
+               or "backward")
+
+and the two compiled halves wrapped in a torch.autograd.Function (compiler/aot/autograd.py),
+so `loss.backward()` runs the backward kernels. Both halves compile on the first call; under
+mode="reduce-overhead" on CUDA each is replayed as a CUDA graph.
+
+A graph that cannot be compiled for training by design (an output aliasing an input, an
+input that requires grad mutated in place, a backward that needs an input's value from
+before the graph mutated it) runs eagerly with a note saying why; anything that fails
+unexpectedly falls back the same way with a warning, as compile_fx does
+(COMPILER_STRICT=1 raises instead).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from compiler.aot.autograd import TrainingGraph
+from compiler.aot.joint import (
+    JointError,
+    JointGraph,
+    NothingToDifferentiate,
+    lift_attributes,
+    trace_joint,
+)
+from compiler.aot.partition import Partition, PartitionError, partition
+from compiler.aot.trace import needs_autograd
+from compiler.codegen.compile_fx import CompiledGraph, _signature
+from compiler.ir.nodes import TensorArg
+from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
+
+_warned: set[str] = set()
+
+
+class CompiledTraining:
+    """Compiled code per input signature: a TrainingGraph when the call records autograd
+    history, the inference compile when it does not (grad mode off, nothing requires grad)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None):
+        self.gm, self.lifted = lift_attributes(gm)
+        self.mode = mode
+        self.record = (
+            record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
+        )
+        self.entries: dict[tuple, Callable] = {}
+        self._inference: CompiledGraph | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        full = [*args, *self.lifted]
+        entry = self.entries.get(_key(full))
+        if entry is None:
+            entry = self.entry_for(list(args))
+        return entry(*full)
+
+    def entry_for(self, args: list) -> Callable:
+        full = [*args, *self.lifted]
+        key = _key(full)
+        if not needs_autograd(self.gm, full):
+            self.entries[key] = self._inference_entry(full)
+            return self.entries[key]
+        try:
+            self.entries[key] = self._build(full)
+        except NothingToDifferentiate:
+            self.entries[key] = self._inference_entry(full)
+        except (JointError, PartitionError) as exc:
+            self._note(f"training graph runs eagerly: {exc}")
+            self.entries[key] = self.gm.forward
+        except Exception as exc:  # never break user code: run the graph eagerly
+            if os.environ.get("COMPILER_STRICT") == "1":
+                raise
+            self.entries[key] = self._fallback(exc)
+        return self.entries[key]
+
+    def _build(self, inputs: list) -> TrainingGraph:
+        rec = self.record
+        with rec.stage("aot"):
+            joint = trace_joint(self.gm, inputs)
+        rec.aot_graphs["joint"] = joint.aot.gm.code
+        with rec.stage("partition"):
+            part = partition(joint)
+        rec.aot_graphs["forward"] = part.forward.gm.code
+        rec.aot_graphs["backward"] = part.backward.gm.code
+        rec.partition = _partition_record(self.gm, joint, part)
+        if part.saved:
+            size = rec.partition.saved_bytes
+            rec.notes.append(
+                f"backward saves {len(part.saved)} tensors ({size / 2**20:.2f} MiB) and "
+                f"recomputes {len(part.recomputed)} forward ops"
+            )
+        forward = CompiledGraph(part.forward.gm, self.mode, rec, part.forward, "forward")
+        forward.entry_for(inputs)
+        backward = CompiledGraph(part.backward.gm, self.mode, rec, part.backward, "backward")
+        backward.entry_for(_backward_examples(inputs, joint, part, forward))
+        return TrainingGraph(joint, part, forward, backward)
+
+    def _inference_entry(self, inputs: list) -> Callable:
+        if self._inference is None:
+            self._inference = CompiledGraph(self.gm, self.mode, self.record)
+        self._inference.entry_for(inputs)
+        return self._inference
+
+    def _note(self, text: str) -> None:
+        if text not in self.record.notes:
+            self.record.notes.append(text)
+
+    def _fallback(self, exc: BaseException) -> Callable:
+        reason = f"{type(exc).__name__}: {exc}".strip()
+        self.record.fallback = reason
+        if reason not in _warned:
+            _warned.add(reason)
+            warnings.warn(
+                f"compiler: training graph runs eagerly because compiling it failed ({reason})",
+                stacklevel=4,
+            )
+        return self.gm.forward
+
+
+def _key(args: list) -> tuple:
+    grads = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    return (_signature(args), grads, torch.is_grad_enabled())
+
+
+def _backward_examples(
+    inputs: list, joint: JointGraph, part: Partition, forward: CompiledGraph
+) -> list[torch.Tensor]:
+    """Fake tensors laid out as the backward's inputs will be: the saved tensors as the
+    compiled forward returns them, then the tangents."""
+    device = inputs[0].device if inputs else torch.device("cpu")
+    placeholders = [n for n in part.backward.gm.graph.nodes if n.op == "placeholder"]
+    returned = forward.output_layouts.get(_signature(inputs), [])
+    first_saved = part.num_outputs + len(part.mutated)
+    examples = []
+    mode = FakeTensorMode()
+    with mode:
+        for k, node in enumerate(placeholders[: len(part.saved)]):
+            arg = returned[first_saved + k] if first_saved + k < len(returned) else None
+            if isinstance(arg, TensorArg):
+                lay = arg.layout
+                size, stride, dtype = lay.size, lay.stride, lay.dtype
+            else:
+                val = node.meta["val"]
+                size, stride, dtype = tuple(val.shape), tuple(val.stride()), val.dtype
+            examples.append(torch.empty_strided(size, stride, dtype=dtype, device=device))
+        for out in joint.tangents:
+            examples.append(
+                torch.empty_strided(out.size, out.stride, dtype=out.dtype, device=device)
+            )
+    return examples
+
+
+def _partition_record(
+    gm: torch.fx.GraphModule, joint: JointGraph, part: Partition
+) -> PartitionRecord:
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    lines = joint.aot.source_lines
+    saved = []
+    for s in part.saved:
+        seen = {(ln.filename, ln.lineno): ln for o in s.origins if (ln := lines.get(o))}
+        saved.append(
+            SavedTensorRecord(
+                s.name,
+                s.size,
+                str(s.dtype).replace("torch.", ""),
+                s.nbytes,
+                list(s.origins),
+                list(seen.values()),
+            )
+        )
+    return PartitionRecord(saved, list(part.recomputed), [names[i] for i in part.mutated])

@@ -87,6 +87,7 @@ class SavedTensorRecord:
     nbytes: int
     fused_nodes: list[str] = field(default_factory=list)  # the user's FX nodes it came from
     source_lines: list[SourceLine] = field(default_factory=list)
+    is_input: bool = False  # a graph input (a parameter, ...): kept alive by its owner anyway
 
 
 @dataclass
@@ -99,7 +100,8 @@ class PartitionRecord:
 
     @property
     def saved_bytes(self) -> int:
-        return sum(s.nbytes for s in self.saved)
+        """Bytes the backward keeps alive beyond the graph's inputs."""
+        return sum(s.nbytes for s in self.saved if not s.is_input)
 
 
 @dataclass

@@ -60,6 +60,7 @@ class SavedTensor:
     dtype: torch.dtype
     nbytes: int
     origins: tuple[str, ...] = ()  # the user's FX nodes it came from
+    is_input: bool = False
 
 
 @dataclass
@@ -112,6 +113,7 @@ def partition(joint: JointGraph) -> Partition:
             n.meta["val"].dtype,
             int(_nbytes(n)),
             origins.get(n.name, ()),
+            n in primals,
         )
         for n in saved_nodes
     ]

@@ -92,12 +92,13 @@ class CompiledTraining:
         rec.aot_graphs["forward"] = part.forward.gm.code
         rec.aot_graphs["backward"] = part.backward.gm.code
         rec.partition = _partition_record(self.gm, joint, part)
-        if part.saved:
-            size = rec.partition.saved_bytes
-            rec.notes.append(
-                f"backward saves {len(part.saved)} tensors ({size / 2**20:.2f} MiB) and "
-                f"recomputes {len(part.recomputed)} forward ops"
-            )
+        inputs_kept = sum(s.is_input for s in part.saved)
+        rec.notes.append(
+            f"the backward keeps {inputs_kept} graph inputs and "
+            f"{len(part.saved) - inputs_kept} intermediate tensors "
+            f"({rec.partition.saved_bytes / 2**20:.2f} MiB), and recomputes "
+            f"{len(part.recomputed)} forward ops"
+        )
         forward = CompiledGraph(part.forward.gm, self.mode, rec, part.forward, "forward")
         forward.entry_for(inputs)
         backward = CompiledGraph(part.backward.gm, self.mode, rec, part.backward, "backward")
@@ -175,6 +176,7 @@ def _partition_record(
                 s.nbytes,
                 list(s.origins),
                 list(seen.values()),
+                s.is_input,
             )
         )
     return PartitionRecord(saved, list(part.recomputed), [names[i] for i in part.mutated])

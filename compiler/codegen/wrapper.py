@@ -86,7 +86,7 @@ def _extern_lines(call: ExternCall, layouts: dict[str, Layout]) -> list[str]:
     args += [f"{k}={_const(v, layouts)}" for k, v in node.kwargs]
     text = f"{node.op}({', '.join(args)})"
     outs = [name for name, _ in node.outputs]
-    if len(outs) == 1:
+    if len(outs) == 1 and _returns_one_tensor(node.op):
         lines = [f"{outs[0]} = {text}"]
     else:
         lines = (
@@ -97,6 +97,14 @@ def _extern_lines(call: ExternCall, layouts: dict[str, Layout]) -> list[str]:
     for name, lay in node.outputs:
         lines.append(f"{name} = ensure_layout({name}, {tuple(lay.size)!r}, {tuple(lay.stride)!r})")
     return lines
+
+
+def _returns_one_tensor(op: str) -> bool:
+    """False for ops returning a tuple even when one tensor of it is used
+    (convolution_backward with output_mask [False, True, False] returns (None, t, None))."""
+    namespace, name, overload = op.split(".")
+    schema = getattr(getattr(getattr(torch.ops, namespace), name), overload)._schema
+    return len(schema.returns) == 1 and str(schema.returns[0].type) == "Tensor"
 
 
 def extern_lines(call: ExternCall, layouts: dict[str, Layout]) -> str:

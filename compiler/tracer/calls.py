@@ -72,13 +72,25 @@ SKIP_PACKAGES = {
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 # torch functions with effects outside the graph: calling one ends the graph.
+_BACKWARD_REASON = (
+    "loss.backward() runs autograd's engine in Python: the graph before it is compiled with "
+    "its backward, whose kernels the engine runs; tracing resumes after the call"
+)
+# torch functions that end the graph with a reason of their own
+_AUTOGRAD_REASONS = {
+    torch.autograd.backward: "torch.autograd." + _BACKWARD_REASON.replace("loss.", "", 1),
+    torch.autograd.grad: (
+        "torch.autograd.grad() runs autograd's engine in Python: the graph before it is "
+        "compiled with its backward, whose kernels the engine runs"
+    ),
+}
 _STATEFUL_TORCH_NAMES = ("manual_seed", "seed", "save", "load", "backward", "synchronize", "compile")
 _BREAK_TENSOR_METHODS = {
     "item": "Tensor.item() reads a tensor's value into Python",
     "tolist": "Tensor.tolist() reads a tensor's values into Python",
     "numpy": "Tensor.numpy() leaves torch for NumPy",
     "__array__": "Tensor.__array__ leaves torch for NumPy",
-    "backward": "Tensor.backward() runs autograd in Python",
+    "backward": _BACKWARD_REASON,
     "register_hook": "Tensor.register_hook changes autograd state",
     "retain_grad": "Tensor.retain_grad changes autograd state",
     "requires_grad_": "Tensor.requires_grad_ changes autograd state",
@@ -139,6 +151,8 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
             special = _SPECIAL.get(real)
             if special is not None:
                 return special(tx, args, kwargs)
+            if args and _is_optimizer(args[0]):
+                raise Break(_optimizer_reason(real.__name__))
             if is_torch_function(real):
                 return torch_call(tx, real, args, kwargs)
             if is_skipped(real):
@@ -217,7 +231,28 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
     return call(tx, FunctionVar(fn=forward, source=src), [mod_var, *args], kwargs)
 
 
+def _is_optimizer(v: Var) -> bool:
+    return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.Optimizer)
+
+
+def _optimizer_reason(method: str) -> str:
+    if method == "step":
+        return (
+            "optimizer.step() runs in Python: torch.optim's update runs eagerly between the "
+            "compiled graphs, on the gradients the compiled backward wrote"
+        )
+    if method == "zero_grad":
+        return (
+            "optimizer.zero_grad() runs in Python: it resets the parameters' .grad attributes, "
+            "which a graph does not hold; the next graph starts after it"
+        )
+    return f"optimizer.{method}() runs in Python: torch.optim is not traced"
+
+
 def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    reason = _AUTOGRAD_REASONS.get(fn)
+    if reason is not None:
+        raise Break(reason)
     name = getattr(fn, "__name__", "")
     if name in _STATEFUL_TORCH_NAMES or name.startswith("set_") or name.startswith("_set_"):
         raise Break(f"torch.{name} changes global state; it runs in Python")

@@ -78,9 +78,9 @@ def partition_details(part: PartitionRecord) -> str:
     ]
     body = [
         note(
-            f"the forward saves {len(part.saved)} tensors ({part.saved_bytes:,} bytes) for the "
-            f"backward, which recomputes {len(part.recomputed)} cheap forward ops instead of "
-            "keeping their results"
+            f"the forward saves {len(part.saved)} tensors for the backward "
+            f"({part.saved_bytes:,} bytes beyond the graph's inputs); the backward recomputes "
+            f"{len(part.recomputed)} cheap forward ops instead of keeping their results"
         ),
         table(["saved", "tensor", "bytes", "from"], rows, mono_cols=(0,)),
     ]

@@ -60,7 +60,9 @@ class TrainingGraph:
     def run_forward(self, args: list) -> tuple[tuple, tuple]:
         results = tuple(self.forward(*args))
         n, m = self.part.num_outputs, len(self.part.mutated)
-        outputs, new_values, saved = results[:n], results[n : n + m], results[n + m :]
+        outputs, new_values = results[:n], results[n : n + m]
+        kept = iter(results[n + m :])
+        saved = tuple(next(kept) if i is None else args[i] for i in self.part.saved_inputs)
         if m:
             with torch.no_grad():
                 torch._foreach_copy_([args[i] for i in self.part.mutated], list(new_values))

@@ -65,12 +65,17 @@ class SavedTensor:
 
 @dataclass
 class Partition:
-    forward: AotGraph  # primals -> (outputs..., mutated inputs' new values..., saved...)
-    backward: AotGraph  # (saved..., tangents...) -> one gradient or None per input needing one
+    # primals -> (outputs..., mutated inputs' new values..., saved intermediates...)
+    forward: AotGraph
+    # (saved..., tangents...) -> one gradient or None per input that requires grad
+    backward: AotGraph
     saved: list[SavedTensor]
     recomputed: list[str] = field(default_factory=list)  # joint nodes the backward recomputes
     num_outputs: int = 0
     mutated: list[int] = field(default_factory=list)  # input positions, in output order
+    # per saved tensor: the input position it is (taken from the call's arguments, not
+    # returned by the forward), or None for an intermediate the forward returns
+    saved_inputs: list[int | None] = field(default_factory=list)
 
 
 def partition(joint: JointGraph) -> Partition:
@@ -96,7 +101,8 @@ def partition(joint: JointGraph) -> Partition:
     saved_nodes = _cut(candidates, required, set(primals), cheap_to_keep, unsaveable)
     saved_nodes = [n for n in nodes if n in saved_nodes]  # graph order
 
-    fw_results = [*fw_outputs, *mutation_values, *saved_nodes]
+    kept = [n for n in saved_nodes if n not in primals]
+    fw_results = [*fw_outputs, *mutation_values, *kept]
     gm = joint.aot.gm
     forward = _subgraph(gm, primals, fw_results, stop=set())
     backward = _subgraph(gm, [*saved_nodes, *tangents], grads, stop={*saved_nodes, *tangents})
@@ -125,6 +131,7 @@ def partition(joint: JointGraph) -> Partition:
         recomputed,
         num_outputs,
         mutated,
+        [primals.index(n) if n in primals else None for n in saved_nodes],
     )
 
 

@@ -140,16 +140,17 @@ def _backward_examples(
     device = inputs[0].device if inputs else torch.device("cpu")
     placeholders = [n for n in part.backward.gm.graph.nodes if n.op == "placeholder"]
     returned = forward.output_layouts.get(_signature(inputs), [])
-    first_saved = part.num_outputs + len(part.mutated)
+    kept = iter(returned[part.num_outputs + len(part.mutated) :])
     examples = []
-    mode = FakeTensorMode()
-    with mode:
-        for k, node in enumerate(placeholders[: len(part.saved)]):
-            arg = returned[first_saved + k] if first_saved + k < len(returned) else None
-            if isinstance(arg, TensorArg):
+    with FakeTensorMode():
+        for node, position in zip(placeholders, part.saved_inputs):
+            arg = inputs[position] if position is not None else next(kept, None)
+            if isinstance(arg, torch.Tensor):
+                size, stride, dtype = tuple(arg.shape), tuple(arg.stride()), arg.dtype
+            elif isinstance(arg, TensorArg):
                 lay = arg.layout
                 size, stride, dtype = lay.size, lay.stride, lay.dtype
-            else:
+            else:  # the forward fell back to eager: assume its aten graph's own layouts
                 val = node.meta["val"]
                 size, stride, dtype = tuple(val.shape), tuple(val.stride()), val.dtype
             examples.append(torch.empty_strided(size, stride, dtype=dtype, device=device))

@@ -102,7 +102,10 @@ def test_backward_reads_only_saved_tensors_and_tangents():
     placeholders = [n.name for n in part.backward.gm.graph.nodes if n.op == "placeholder"]
     assert placeholders == [*(s.name for s in part.saved), "tangent_0"]
     outputs = list(part.forward.gm.graph.nodes)[-1].args[0]
-    assert [o.name for o in outputs[part.num_outputs :]] == [s.name for s in part.saved]
+    # inputs the backward keeps come from the call's arguments, the rest from the forward
+    intermediates = [s.name for s, i in zip(part.saved, part.saved_inputs) if i is None]
+    assert [o.name for o in outputs[part.num_outputs :]] == intermediates
+    assert [i for i in part.saved_inputs if i is not None] == [0, 1]  # x, w
 
 
 def test_recomputable_rule():

@@ -1,0 +1,198 @@
+"""One training step on a CUDA machine: eager vs ours vs torch.compile.
+
+    python benchmarks/train_gpu.py                      # resnet18, ~4 minutes
+    python benchmarks/train_gpu.py --only resnet18,densenet121   # + densenet121 (~10 more)
+
+The step is seed 000's `train(mod, data)`: `opt.zero_grad(True)`, forward, cross-entropy,
+`loss.backward()`, `opt.step()` with Adam, on a batch of 16 x 3x128x128 fp32 images and
+1000 classes. Each compiler compiles that whole function (ours breaks the graph at the
+optimizer calls and at backward, compiling the forward+loss with its backward; torch.compile
+traces the optimizer too), in the default and the reduce-overhead mode, each from a fresh
+copy of the same model and fresh caches, so the first call is a cold compile. Timed with CUDA
+events: the median of --iters steps after warm-up. Before timing, the compiled step's
+gradients are checked against eager's for the same weights and batch.
+
+Prints one table (and notes). torch.compile appears here only as the comparison anchor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+_CACHE = tempfile.mkdtemp(prefix="train_bench_")
+
+import torch  # noqa: E402
+
+import compiler  # noqa: E402
+
+
+def median_ms(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def fresh_caches(label: str) -> None:
+    """Separate cache folders per configuration: each first call compiles from nothing."""
+    for var in ("COMPILER_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        os.environ[var] = os.path.join(_CACHE, label, var.lower())
+    try:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.force_disable_caches = True
+    except (ImportError, AttributeError):
+        pass
+
+
+def make_train(opt: torch.optim.Optimizer) -> Callable:
+    def train(mod, data):
+        opt.zero_grad(True)
+        pred = mod(data[0])
+        loss = torch.nn.CrossEntropyLoss()(pred, data[1])
+        loss.backward()
+        opt.step()
+
+    return train
+
+
+def grads_error(base: torch.nn.Module, data: tuple, compile_fn: Callable) -> float:
+    """Largest relative gradient error of one compiled forward+backward against eager."""
+    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+
+    def fwd_bwd(mod, data):
+        torch.nn.CrossEntropyLoss()(mod(data[0]), data[1]).backward()
+
+    fwd_bwd(eager, data)
+    compile_fn(fwd_bwd)(comp, data)
+    worst = 0.0
+    for p, q in zip(eager.parameters(), comp.parameters()):
+        worst = max(worst, ((q.grad - p.grad).norm() / (p.grad.norm() + 1e-12)).item())
+    return worst
+
+
+def bench(name: str, iters: int) -> dict:
+    import torchvision
+
+    torch.manual_seed(0)
+    base = getattr(torchvision.models, name)().cuda()
+    data = (
+        torch.randn(16, 3, 128, 128, device="cuda"),
+        torch.randint(1000, (16,), device="cuda"),
+    )
+    row: dict[str, Any] = {"workload": f"{name} train b16 128x128", "notes": []}
+
+    model = copy.deepcopy(base)
+    train = make_train(torch.optim.Adam(model.parameters()))
+    row["eager"] = median_ms(lambda: train(model, data), iters)
+
+    compilers = {
+        "ours": lambda fn, mode: compiler.compile(fn, mode=mode),
+        "torch": lambda fn, mode: torch.compile(fn, mode=mode),
+    }
+    for label, compile_fn in compilers.items():
+        for mode in ("default", "reduce-overhead"):
+            key = f"{label}_{mode}"
+            compiler.reset()
+            torch._dynamo.reset()
+            fresh_caches(key)
+            try:
+                model = copy.deepcopy(base)
+                step = compile_fn(make_train(torch.optim.Adam(model.parameters())), mode)
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                step(model, data)
+                torch.cuda.synchronize()
+                row[f"{key}_cold_s"] = time.perf_counter() - start
+                row[key] = median_ms(lambda s=step, m=model: s(m, data), iters)
+                if label == "ours":
+                    notes(row, key, step)
+            except Exception as exc:  # report, keep timing the others
+                row["notes"].append(f"{key} failed: {type(exc).__name__}: {str(exc)[:160]}")
+    compiler.reset()
+    try:
+        error = grads_error(base, data, compiler.compile)
+        verdict = "ok" if error < 1e-3 else "MISMATCH"
+        row["notes"].append(f"ours: gradients vs eager, max relative error {error:.1e} ({verdict})")
+    except Exception as exc:
+        row["notes"].append(f"gradient check failed: {type(exc).__name__}: {str(exc)[:160]}")
+    return row
+
+
+def notes(row: dict, key: str, step: Callable) -> None:
+    report = compiler.inspect(step)
+    graphs = report.graphs
+    kernels = report.kernels
+    parts = {g: sum(k.graph == g for k in kernels) for g in ("forward", "backward")}
+    row["notes"].append(
+        f"{key}: {len(graphs)} graph(s), {len(report.entries)} entries; kernels: "
+        f"{parts['forward']} forward, {parts['backward']} backward "
+        f"({sum(k.language == 'extern' for k in kernels)} extern)"
+    )
+    for g in graphs:
+        if g.fallback:
+            row["notes"].append(f"{key} fell back: {g.fallback[:160]}")
+        for n in g.notes:
+            if n.startswith("the backward keeps") or "eagerly" in n:
+                row["notes"].append(f"{key}: {n}")
+
+
+def print_table(rows: list[dict]) -> None:
+    cols = [
+        ("workload", "workload"),
+        ("eager", "eager ms"),
+        ("ours_default", "ours ms"),
+        ("ours_reduce-overhead", "ours RO ms"),
+        ("torch_default", "torch.compile ms"),
+        ("torch_reduce-overhead", "torch.compile RO ms"),
+        ("ours_default_cold_s", "ours cold s"),
+        ("ours_reduce-overhead_cold_s", "ours RO cold s"),
+        ("torch_default_cold_s", "torch.compile cold s"),
+        ("torch_reduce-overhead_cold_s", "torch.compile RO cold s"),
+    ]
+    print("| " + " | ".join(h for _, h in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        cells = [r.get(c) for c, _ in cols]
+        text = [c if isinstance(c, str) else ("-" if c is None else f"{c:.2f}") for c in cells]
+        print("| " + " | ".join(text) + " |")
+    print()
+    for r in rows:
+        for note in r["notes"]:
+            print(f"- {r['workload']}: {note}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="resnet18")
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA device"
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    rows = []
+    for name in args.only.split(","):
+        print(f"== {name}", flush=True)
+        rows.append(bench(name, args.iters))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Training graphs on CUDA (skipped without a GPU): real Triton kernels, and
+mode="reduce-overhead" replaying the forward and the backward as CUDA graphs, against
+eager after 3 training steps."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from tests.aot.helpers import assert_state_close, train_and_compare, training_graphs
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setenv("COMPILER_STRICT", "1")
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
+    compiler.reset()
+    torch.manual_seed(0)
+    yield
+    compiler.reset()
+
+
+def _cnn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Conv2d(16, 16, 3, bias=False),
+        torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(16, 10),
+    ).cuda()  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_cnn_three_steps_on_cuda(mode):
+    report = train_and_compare(
+        _cnn(),
+        lambda: (torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")),
+        F.cross_entropy,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        mode=mode,
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    (graph,) = training_graphs(report)
+    assert graph.fallback is None
+    assert {k.graph for k in graph.kernels if k.language == "triton"} == {"forward", "backward"}
+
+
+def test_seed_000_resnet18_reduce_overhead_on_cuda():
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    comp_model = copy.deepcopy(model)
+
+    def make_train(opt):
+        def train(mod, data):
+            opt.zero_grad(True)
+            pred = mod(data[0])
+            loss = torch.nn.CrossEntropyLoss()(pred, data[1])
+            loss.backward()
+            opt.step()
+
+        return train
+
+    train = make_train(torch.optim.SGD(model.parameters(), lr=0.01))
+    train_opt = compiler.compile(
+        make_train(torch.optim.SGD(comp_model.parameters(), lr=0.01)), mode="reduce-overhead"
+    )
+    for step in range(3):
+        data = (torch.randn(8, 3, 64, 64, device="cuda"), torch.randint(10, (8,), device="cuda"))
+        train(model, data)
+        train_opt(comp_model, data)
+        assert_state_close(model, comp_model, f"step {step}", atol=1e-3, rtol=1e-3)

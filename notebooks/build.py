@@ -58,13 +58,19 @@ def describe_run(compiled_fn):
     report = compiler.inspect(compiled_fn)
     graphs = [g for f in report.functions for g in f.graphs]
     languages = sorted({k.language for g in graphs for k in g.kernels})
+    backward = sum(k.graph == "backward" for g in graphs for k in g.kernels)
     if not graphs:
         made = "no graphs captured, it ran eagerly"
     elif not languages:
         made = f"{len(graphs)} graph(s), run as torch ops (no kernels generated)"
     else:
         made = f"{len(graphs)} graph(s), kernels: {', '.join(languages)}"
+        if backward:
+            made += f" ({backward} of them run in the backward pass)"
     print(f"device: {device}; {made}")
+    for g in graphs:
+        if g.fallback:
+            print(f"  a graph fell back to eager: {g.fallback}")
     for f in report.functions:
         for warning in f.warnings:
             print(f"  {f.qualname}: {warning}")
@@ -411,9 +417,14 @@ print(f"(eval) eager median: {eager_med}, compile median: {compile_med}, speedup
 describe_run(model_opt)
 """),
     md("""
-Now training. As in the older tutorial (seed 002), the forward and backward pass are
-compiled and the optimizer steps run outside the compiled function; the newer tutorial
-(seed 000) compiles the optimizer calls too.
+Now training. As in the older tutorial (seed 002), `train` holds the forward pass, the loss
+and `loss.backward()`, and the optimizer steps run outside it. The compiler captures the
+forward and the loss as one graph and compiles it *with its backward*: it traces the joint
+forward+backward graph through autograd, a partitioner splits it into a forward graph and a
+backward graph (keeping the convolution outputs for the backward, recomputing cheap
+BatchNorm and ReLU work instead of saving it), and both become kernels. `loss.backward()`
+itself ends the graph, because autograd's engine runs in Python; the engine then runs our
+backward kernels, and the gradients land in `.grad` as in eager.
 """),
     code("""
 model = init_model()
@@ -454,6 +465,41 @@ eager_med = np.median(eager_times)
 compile_med = np.median(compile_times[1:])  # the first iteration includes compilation
 speedup = eager_med / compile_med
 print(f"(train) eager median: {eager_med}, compile median: {compile_med}, speedup: {speedup}x")
+describe_run(train_opt)
+"""),
+    md("""
+The newer tutorial (seed 000) puts `opt.zero_grad(True)` and `opt.step()` inside the compiled
+function. That works here too, but the optimizer is not traced yet: each optimizer call ends
+a graph and runs in Python (the Adam update runs eagerly, on the gradients our backward
+kernels wrote). The records say so, call by call:
+"""),
+    code("""
+model = init_model()
+opt = torch.optim.Adam(model.parameters())
+
+
+def train(mod, data):
+    opt.zero_grad(True)
+    pred = mod(data[0])
+    loss = torch.nn.CrossEntropyLoss()(pred, data[1])
+    loss.backward()
+    opt.step()
+
+
+train_opt = compiler.compile(train, mode=MODE)
+compile_times = []
+for i in range(N_ITERS):
+    inp = generate_data(BATCH)
+    _, compile_time = timed(lambda: train_opt(model, inp))
+    compile_times.append(compile_time)
+    print(f"compile train time {i}: {compile_time}")
+print("~" * 10)
+
+for entry in compiler.inspect(train_opt).functions[0].entries:
+    graph = f"a graph of {entry.graph.op_count} ops" if entry.graph else "no graph"
+    why = entry.graph_break.reason if entry.graph_break else "returns"
+    print(f"from line {entry.start_line}: {graph}; then {why}")
+describe_run(train_opt)
 """),
     md("""
 ## Comparison to TorchScript and FX tracing
@@ -696,7 +742,8 @@ INSIDE = [
 
 What happens when a compiled function is called, told with the compiler's own inspection
 records (`compiler.inspect`): guards and recompiles, dynamic shapes, `reduce-overhead`
-(CUDA graphs), and the kernels the code generator writes. Everything shown here is public:
+(CUDA graphs), the kernels the code generator writes, and how a training graph's backward
+pass is compiled. Everything shown here is public:
 the same dataclasses the inspector under each `%%compile` cell renders.
 """),
     SETUP,
@@ -866,6 +913,41 @@ print(graph.wrapper_source)
 for stage in graph.stage_times:
     print(f"{stage.stage:10} {stage.seconds * 1000:8.1f} ms")
 describe_run(softmax_scale)
+"""),
+    md("""
+## Training: the backward pass, compiled
+
+When a graph's inputs require grad, the code generator compiles its backward too. It traces
+one *joint* graph through autograd: the forward's aten ops, then the ops autograd's engine
+runs for the backward, each backward op labelled with the forward line it differentiates. A
+partitioner splits that graph with a minimum cut: the forward *saves* what is cheap to keep
+(its inputs, results of matrix products) and the backward *recomputes* cheap pointwise work
+(here `tanh`) instead of keeping its result. Both halves become kernels, wrapped in an
+`autograd.Function`: `loss.backward()` runs the backward kernels, and the gradients match
+eager's.
+"""),
+    code("""
+def mse_tanh(x, w):
+    h = torch.tanh(x @ w)
+    return (h * h).mean()
+
+
+x = torch.randn(8, 32, device=device)
+w = torch.randn(32, 16, device=device, requires_grad=True)
+w_eager = w.detach().clone().requires_grad_()
+compiled_loss = compiler.compile(mse_tanh)
+compiled_loss(x, w).backward()
+mse_tanh(x, w_eager).backward()
+torch.testing.assert_close(w.grad, w_eager.grad)
+
+graph = compiler.inspect(compiled_loss).functions[0].graphs[0]
+print(graph.aot_graphs["backward"])
+print("saved for the backward:", [(s.name, s.shape) for s in graph.partition.saved])
+print("recomputed by the backward:", graph.partition.recomputed)
+for kernel in graph.kernels:
+    lines = ", ".join(f"line {n}" for n in sorted({line.lineno for line in kernel.source_lines}))
+    print(f"{kernel.graph:8} {kernel.name} ({kernel.language}), from {lines or 'no user line'}")
+describe_run(compiled_loss)
 """),
 ]
 

@@ -60,7 +60,10 @@ class TrainingGraph:
     def run_forward(self, args: list) -> tuple[tuple, tuple]:
         results = tuple(self.forward(*args))
         n, m = self.part.num_outputs, len(self.part.mutated)
-        outputs, new_values = results[:n], results[n : n + m]
+        # A view of a buffer of ours would be a view created inside an autograd.Function,
+        # which autograd forbids modifying in place; eager's results allow it.
+        outputs = tuple(o.clone() if o._base is not None else o for o in results[:n])
+        new_values = results[n : n + m]
         kept = iter(results[n + m :])
         saved = tuple(next(kept) if i is None else args[i] for i in self.part.saved_inputs)
         if m:

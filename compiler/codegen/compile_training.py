@@ -103,7 +103,10 @@ class CompiledTraining:
         forward.entry_for(inputs)
         backward = CompiledGraph(part.backward.gm, self.mode, rec, part.backward, "backward")
         backward.entry_for(_backward_examples(inputs, joint, part, forward))
-        return TrainingGraph(joint, part, forward, backward)
+        # This entry only ever sees inputs of this signature: call the forward's compiled
+        # entry for it directly instead of computing the signature a second time per call.
+        entries, signature = forward.entries, _signature(inputs)
+        return TrainingGraph(joint, part, lambda *a: entries[signature](*a), backward)
 
     def _inference_entry(self, inputs: list) -> Callable:
         if self._inference is None:

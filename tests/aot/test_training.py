@@ -231,6 +231,22 @@ def test_output_aliasing_an_input_runs_eagerly_with_note():
     _check(fn, [x, w], lambda out: (out[0].sum() + out[1]).backward(), compiled)
 
 
+def test_outputs_that_are_views_can_be_modified_in_place():
+    def fn(x, w):
+        return (x @ w).t(), (x * 2).view(-1)
+
+    x, w = torch.randn(2, 3), _leaf(3, 4)
+
+    def backward(out):
+        a, b = out
+        a.mul_(2)  # eager allows it: the view's base is an intermediate
+        (a * a).sum().backward()
+
+    compiled, record = _compile(fn, x, w)
+    assert not any("eagerly" in n for n in record.notes)
+    _check(fn, [x, w], backward, compiled)
+
+
 def test_no_grad_call_of_a_training_graph_returns_plain_outputs():
     def fn(x, w):
         return (x @ w).tanh()

@@ -89,7 +89,6 @@ class CompiledGraph:
         self.aot = aot
         self.part = part
         self.entries: dict[tuple, Callable] = {}
-        self.output_layouts: dict[tuple, list] = {}  # per signature: the outputs' IR layouts
 
     def __call__(self, *args: Any) -> Any:
         entry = self.entries.get(_signature(args))
@@ -100,9 +99,7 @@ class CompiledGraph:
     def entry_for(self, args: list) -> Callable:
         key = _signature(args)
         try:
-            compiling = _Compiled(self.gm, args, self.mode, self.record, self.aot, self.part)
-            built = compiling.build()
-            self.output_layouts[key] = compiling.output_layouts
+            built = _Compiled(self.gm, args, self.mode, self.record, self.aot, self.part).build()
         except Exception as exc:  # never break user code: run the graph eagerly
             self.entries[key] = self._fallback(exc)
             return self.entries[key]
@@ -152,7 +149,6 @@ class _Compiled:
             record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
         )
         self.aot, self.part = aot, part
-        self.output_layouts: list = []  # the IR TensorArg of each tensor output
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
 
     def stage(self, name: str):
@@ -174,7 +170,6 @@ class _Compiled:
             self.record.aot_graphs["forward"] = aot.gm.code
         with self.stage("lower"):
             graph, notes = lower(aot, self.inputs)
-        self.output_layouts = list(graph.outputs)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             sched = fuse(graph)

@@ -7,8 +7,9 @@
                or "backward")
 
 and the two compiled halves wrapped in a torch.autograd.Function (compiler/aot/autograd.py),
-so `loss.backward()` runs the backward kernels. Both halves compile on the first call; under
-mode="reduce-overhead" on CUDA each is replayed as a CUDA graph.
+so `loss.backward()` runs the backward kernels. The forward compiles at the first call, the
+backward at the first backward; under mode="reduce-overhead" on CUDA each is replayed as a
+CUDA graph.
 
 A graph that cannot be compiled for training by design (an output aliasing an input, an
 input that requires grad mutated in place, a backward that needs an input's value from
@@ -24,7 +25,6 @@ import warnings
 from typing import Any, Callable
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from compiler.aot.autograd import TrainingGraph
 from compiler.aot.joint import (
@@ -37,7 +37,6 @@ from compiler.aot.joint import (
 from compiler.aot.partition import Partition, PartitionError, partition
 from compiler.aot.trace import needs_autograd
 from compiler.codegen.compile_fx import CompiledGraph, _signature
-from compiler.ir.nodes import TensorArg
 from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
 
 _warned: set[str] = set()
@@ -101,8 +100,9 @@ class CompiledTraining:
         )
         forward = CompiledGraph(part.forward.gm, self.mode, rec, part.forward, "forward")
         forward.entry_for(inputs)
+        # Compiled at its first call, with the saved tensors and gradients it is given (as
+        # torch.compile does): a graph that only ever runs forward never pays for it.
         backward = CompiledGraph(part.backward.gm, self.mode, rec, part.backward, "backward")
-        backward.entry_for(_backward_examples(inputs, joint, part, forward))
         # This entry only ever sees inputs of this signature: call the forward's compiled
         # entry for it directly instead of computing the signature a second time per call.
         entries, signature = forward.entries, _signature(inputs)
@@ -133,35 +133,6 @@ class CompiledTraining:
 def _key(args: list) -> tuple:
     grads = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     return (_signature(args), grads, torch.is_grad_enabled())
-
-
-def _backward_examples(
-    inputs: list, joint: JointGraph, part: Partition, forward: CompiledGraph
-) -> list[torch.Tensor]:
-    """Fake tensors laid out as the backward's inputs will be: the saved tensors as the
-    compiled forward returns them, then the tangents."""
-    device = inputs[0].device if inputs else torch.device("cpu")
-    placeholders = [n for n in part.backward.gm.graph.nodes if n.op == "placeholder"]
-    returned = forward.output_layouts.get(_signature(inputs), [])
-    kept = iter(returned[part.num_outputs + len(part.mutated) :])
-    examples = []
-    with FakeTensorMode():
-        for node, position in zip(placeholders, part.saved_inputs):
-            arg = inputs[position] if position is not None else next(kept, None)
-            if isinstance(arg, torch.Tensor):
-                size, stride, dtype = tuple(arg.shape), tuple(arg.stride()), arg.dtype
-            elif isinstance(arg, TensorArg):
-                lay = arg.layout
-                size, stride, dtype = lay.size, lay.stride, lay.dtype
-            else:  # the forward fell back to eager: assume its aten graph's own layouts
-                val = node.meta["val"]
-                size, stride, dtype = tuple(val.shape), tuple(val.stride()), val.dtype
-            examples.append(torch.empty_strided(size, stride, dtype=dtype, device=device))
-        for out in joint.tangents:
-            examples.append(
-                torch.empty_strided(out.size, out.stride, dtype=out.dtype, device=device)
-            )
-    return examples
 
 
 def _partition_record(

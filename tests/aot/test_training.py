@@ -325,3 +325,29 @@ def test_records_name_user_lines_in_backward_kernels():
     assert any("torch.tanh(x @ w)" in s.text for k in backward for s in k.source_lines)
     assert "tangent_0" in graph.aot_graphs["backward"]
     assert graph.wrapper_source.count("def call(args)") == 2
+
+
+def test_backward_compiles_at_the_first_backward():
+    def fn(x, w):
+        return (x @ w).relu().sum()
+
+    x, w = torch.randn(4, 3), _leaf(3, 5)
+    compiled, record = _compile(fn, x, w)
+    compiled(x, w)  # a forward with grad on, as an inference call without no_grad is
+    assert {k.graph for k in record.kernels} == {"forward"}
+    compiled(x, w).backward()
+    assert {k.graph for k in record.kernels} == {"forward", "backward"}
+    w_eager = w.detach().clone().requires_grad_()
+    fn(x, w_eager).backward()
+    torch.testing.assert_close(w.grad, w_eager.grad)
+
+
+def test_reduce_overhead_mode_on_cpu_trains_like_the_default():
+    train_and_compare(
+        _mlp(),
+        lambda: (torch.randn(6, 12), torch.randint(5, (6,))),
+        F.cross_entropy,
+        mode="reduce-overhead",
+        atol=1e-5,
+        rtol=1e-5,
+    )

@@ -30,19 +30,35 @@ def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> C
 @_builtin("aot_eager")
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """Our aot stage (make_fx through our decomposition table, functionalized), then the aten
-    graph run with torch ops: checks the graph-to-aten step without code generation."""
-    from compiler.aot.trace import needs_autograd, trace_forward
+    graph run with torch ops: checks the graph-to-aten step without code generation. A graph
+    that needs autograd gets its joint graph and partition, both halves run with torch ops."""
+    from compiler.aot.trace import needs_autograd
 
     if needs_autograd(gm, example_inputs):
-        _note("aot_eager: this graph needs autograd; it runs as captured (no joint graph yet)")
-        return gm.forward
+        # the joint graph, partitioned; both halves run as torch ops
+        from compiler.aot.training import CompiledTraining
+
+        training = CompiledTraining(
+            gm,
+            current_graph(),
+            lambda aot, part, inputs: aot.gm.forward,
+            lambda inputs: _aot_forward(gm, inputs),
+        )
+        training.entry_for(list(example_inputs))
+        return training
+    return _aot_forward(gm, list(example_inputs))
+
+
+def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
+    from compiler.aot.trace import trace_forward
+
     record = current_graph()
     if record is not None:
         with record.stage("aot"):
-            aot = trace_forward(gm, list(example_inputs))
+            aot = trace_forward(gm, inputs)
         record.aot_graphs["forward"] = aot.gm.code
     else:
-        aot = trace_forward(gm, list(example_inputs))
+        aot = trace_forward(gm, inputs)
     return aot.gm.forward
 
 

@@ -9,7 +9,7 @@
 Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
 with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
 runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
-(COMPILER_STRICT=1 raises instead). Graphs that need autograd go to compile_training.py:
+(COMPILER_STRICT=1 raises instead). Graphs that need autograd go to compiler/aot/training.py:
 a joint forward+backward graph, partitioned, each half compiled by the stages here.
 """
 
@@ -48,14 +48,38 @@ def compile_fx(
     sake and has no keys yet."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
-        from compiler.codegen.compile_training import CompiledTraining
-
-        training = CompiledTraining(gm, mode, record)
+        training = _training(gm, mode, record)
         training.entry_for(list(example_inputs))
         return training
     compiled = CompiledGraph(gm, mode, record)
     compiled.entry_for(list(example_inputs))
     return compiled
+
+
+def _training(gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None):
+    """compiler/aot/training.py's joint graph and partition, each half compiled here."""
+    from compiler.aot.training import CompiledTraining
+
+    record = record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
+    inference: list[CompiledGraph] = []
+
+    def compile_half(aot: AotGraph, part: str, inputs: list | None) -> Callable:
+        compiled = CompiledGraph(aot.gm, mode, record, aot, part)
+        if inputs is None:  # the backward: compiled at its first call
+            return compiled
+        compiled.entry_for(inputs)
+        # This half only ever sees inputs of this signature: call its entry directly
+        # rather than computing the signature a second time per call.
+        entries, key = compiled.entries, _signature(inputs)
+        return lambda *args: entries[key](*args)
+
+    def compile_inference(inputs: list) -> Callable:
+        if not inference:
+            inference.append(CompiledGraph(gm, mode, record))
+        inference[0].entry_for(inputs)
+        return inference[0]
+
+    return CompiledTraining(gm, record, compile_half, compile_inference)
 
 
 def _signature(args: Sequence[Any]) -> tuple:

@@ -36,6 +36,7 @@ def train_and_compare(
     steps: int = 3,
     optimizer: Callable = lambda params: torch.optim.SGD(params, lr=0.1),
     mode: str | None = None,
+    backend: str = "inductor",
     **tol: Any,
 ) -> CompiledReport:
     """Train `model` and a copy of it for `steps` steps, the copy's forward compiled; the
@@ -50,7 +51,7 @@ def train_and_compare(
         loss.backward()
         return loss
 
-    compiled = compiler.compile(step, mode=mode)
+    compiled = compiler.compile(step, mode=mode, backend=backend)
     for k in range(steps):
         x, y = batch()
         expected = step(model, opt, x, y)

@@ -112,6 +112,19 @@ def test_transformer_block_three_steps_match_eager():
     )
 
 
+def test_aot_eager_backend_trains_through_the_partition():
+    report = train_and_compare(
+        _cnn(),
+        lambda: (torch.randn(4, 3, 12, 12), torch.randint(4, (4,))),
+        F.cross_entropy,
+        backend="aot_eager",
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    (graph,) = training_graphs(report)
+    assert graph.kernels == [] and set(graph.aot_graphs) == {"joint", "forward", "backward"}
+
+
 def test_transformer_encoder_layer_three_steps_match_eager():
     layer = torch.nn.TransformerEncoderLayer(
         16, 2, dim_feedforward=32, dropout=0.0, batch_first=True

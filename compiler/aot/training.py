@@ -1,15 +1,14 @@
-"""compile_fx for graphs that need autograd, as named stages:
+"""Graphs that need autograd, as named stages:
 
-    aot        FX graph -> the joint forward+backward aten graph (compiler/aot/joint.py)
-    partition  joint graph -> forward graph + backward graph (compiler/aot/partition.py)
-    lower, schedule, codegen, compile
-               each half, by compile_fx's own stages (its kernels recorded as "forward"
-               or "backward")
+    aot        FX graph -> the joint forward+backward aten graph (joint.py)
+    partition  joint graph -> forward graph + backward graph (partition.py)
 
-and the two compiled halves wrapped in a torch.autograd.Function (compiler/aot/autograd.py),
-so `loss.backward()` runs the backward kernels. The forward compiles at the first call, the
-backward at the first backward; under mode="reduce-overhead" on CUDA each is replayed as a
-CUDA graph.
+then each half goes to the backend's own compiler (compile_fx's lower, schedule, codegen and
+compile stages for `inductor`; nothing for `aot_eager`, which runs the aten graphs with torch
+ops), and the two halves are wrapped in a torch.autograd.Function (autograd.py), so
+`loss.backward()` runs the compiled backward. The forward compiles at the first call, the
+backward at the first backward (as torch.compile does: a forward with grad on that is never
+differentiated does not pay for it).
 
 A graph that cannot be compiled for training by design (an output aliasing an input, an
 input that requires grad mutated in place, a backward that needs an input's value from
@@ -35,25 +34,36 @@ from compiler.aot.joint import (
     trace_joint,
 )
 from compiler.aot.partition import Partition, PartitionError, partition
-from compiler.aot.trace import needs_autograd
-from compiler.codegen.compile_fx import CompiledGraph, _signature
+from compiler.aot.trace import AotGraph, needs_autograd
 from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
+
+# (graph half, its part name "forward"/"backward", the forward's example inputs or None for
+# the backward, compiled at its first call) -> a callable returning the half's flat outputs
+HalfCompiler = Callable[[AotGraph, str, "list | None"], Callable]
+# example inputs -> a callable for the graph without autograd (grad mode off, ...)
+InferenceCompiler = Callable[[list], Callable]
 
 _warned: set[str] = set()
 
 
 class CompiledTraining:
     """Compiled code per input signature: a TrainingGraph when the call records autograd
-    history, the inference compile when it does not (grad mode off, nothing requires grad)."""
+    history, the backend's inference compile when it does not (grad mode off, nothing
+    requires grad)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        record: GraphRecord | None,
+        compile_half: HalfCompiler,
+        compile_inference: InferenceCompiler,
+    ):
         self.gm, self.lifted = lift_attributes(gm)
-        self.mode = mode
         self.record = (
             record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
         )
+        self.compile_half, self.compile_inference = compile_half, compile_inference
         self.entries: dict[tuple, Callable] = {}
-        self._inference: CompiledGraph | None = None
 
     def __call__(self, *args: Any) -> Any:
         full = [*args, *self.lifted]
@@ -66,12 +76,12 @@ class CompiledTraining:
         full = [*args, *self.lifted]
         key = _key(full)
         if not needs_autograd(self.gm, full):
-            self.entries[key] = self._inference_entry(full)
+            self.entries[key] = self.compile_inference(full)
             return self.entries[key]
         try:
             self.entries[key] = self._build(full)
         except NothingToDifferentiate:
-            self.entries[key] = self._inference_entry(full)
+            self.entries[key] = self.compile_inference(full)
         except (JointError, PartitionError) as exc:
             self._note(f"training graph runs eagerly: {exc}")
             self.entries[key] = self.gm.forward
@@ -98,21 +108,9 @@ class CompiledTraining:
             f"({rec.partition.saved_bytes / 2**20:.2f} MiB), and recomputes "
             f"{len(part.recomputed)} forward ops"
         )
-        forward = CompiledGraph(part.forward.gm, self.mode, rec, part.forward, "forward")
-        forward.entry_for(inputs)
-        # Compiled at its first call, with the saved tensors and gradients it is given (as
-        # torch.compile does): a graph that only ever runs forward never pays for it.
-        backward = CompiledGraph(part.backward.gm, self.mode, rec, part.backward, "backward")
-        # This entry only ever sees inputs of this signature: call the forward's compiled
-        # entry for it directly instead of computing the signature a second time per call.
-        entries, signature = forward.entries, _signature(inputs)
-        return TrainingGraph(joint, part, lambda *a: entries[signature](*a), backward)
-
-    def _inference_entry(self, inputs: list) -> Callable:
-        if self._inference is None:
-            self._inference = CompiledGraph(self.gm, self.mode, self.record)
-        self._inference.entry_for(inputs)
-        return self._inference
+        forward = self.compile_half(part.forward, "forward", inputs)
+        backward = self.compile_half(part.backward, "backward", None)
+        return TrainingGraph(joint, part, forward, backward)
 
     def _note(self, text: str) -> None:
         if text not in self.record.notes:
@@ -131,8 +129,15 @@ class CompiledTraining:
 
 
 def _key(args: list) -> tuple:
-    grads = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-    return (_signature(args), grads, torch.is_grad_enabled())
+    return (
+        tuple(
+            (tuple(a.shape), tuple(a.stride()), a.dtype, a.device, a.requires_grad)
+            if isinstance(a, torch.Tensor)
+            else (type(a), a)
+            for a in args
+        ),
+        torch.is_grad_enabled(),
+    )
 
 
 def _partition_record(

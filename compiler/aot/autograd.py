@@ -10,7 +10,9 @@ Eager semantics kept on purpose:
 * inputs the forward mutates (BatchNorm's running statistics) are written back after the
   forward kernels run (the compiled forward returns their new values, so it stays free of
   side effects and can be replayed as a CUDA graph);
-* outputs that do not require grad in eager are marked non-differentiable;
+* outputs that do not require grad in eager are marked non-differentiable; outputs that
+  are views of an input are recreated from it outside the Function (autograd then routes
+  their gradient to the input itself);
 * a gradient that arrives with other strides than the backward was compiled for (an
   expanded `ones` from `.sum()`, a transposed view) is copied into the expected layout, and
   a missing one (an output that did not reach the loss) arrives as zeros;
@@ -54,7 +56,10 @@ class TrainingGraph:
         else:  # called under no_grad after all: outputs only, nothing saved
             tensors, _ = self.run_forward(list(args))
         it = iter(tensors)
-        leaves = [next(it) if o.tensor else o.value for o in self.joint.outputs]
+        leaves = [
+            next(it) if o.computed else o.view_of(args[o.alias_of]) if o.tensor else o.value
+            for o in self.joint.outputs
+        ]
         return self.joint.spec.unflatten(leaves)
 
     def run_forward(self, args: list) -> tuple[tuple, tuple]:

@@ -3,8 +3,10 @@
 Three passes, all on fake tensors:
 
 1. `describe`: run the graph once to learn which inputs and outputs take part in autograd,
-   the outputs' layouts, and whether an output aliases an input or another output (those
-   graphs are not compiled: the caller runs them eagerly).
+   the outputs' layouts, and which outputs are views of an input (`x.view(...)` of an input
+   left in a local at a graph break): those are not computed by the compiled graph but
+   recreated from the input after it, so they stay views of it as in eager. A graph with
+   two outputs sharing memory is not compiled (the caller runs it eagerly).
 2. `make_fx` over `joint(primals, tangents)`, which runs the graph with grad on and then
    `torch.autograd.grad(outputs, inputs, tangents)`: the dispatcher records the forward ops
    and the ops autograd's engine runs for the backward (convolution_backward, ...).
@@ -16,8 +18,8 @@ Three passes, all on fake tensors:
    statistics) become trailing `copy_` nodes.
 
 The result's placeholders are the graph's inputs followed by one tangent per
-differentiable output; it returns the tensor outputs, then one gradient (or None) per input
-that requires grad.
+differentiable computed output; it returns the computed tensor outputs, then one gradient
+(or None) per input that requires grad.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ class OutputInfo:
     stride: tuple[int, ...] = ()  # the layout the backward expects its tangent in
     dtype: torch.dtype | None = None
     value: Any = None  # the constant, for non-tensor leaves
+    # a view of input `alias_of`: recreated from it with `stride` and `offset` (elements
+    # past the input's own storage offset) instead of being computed by the graph
+    alias_of: int | None = None
+    offset: int = 0
+
+    @property
+    def computed(self) -> bool:
+        return self.tensor and self.alias_of is None
+
+    def view_of(self, base: torch.Tensor) -> torch.Tensor:
+        if (base.shape, base.stride(), self.offset) == (self.size, self.stride, 0):
+            return base  # the input itself
+        return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
 
 
 @dataclass
@@ -70,7 +85,8 @@ class JointGraph:
 
     @property
     def tensor_outputs(self) -> list[OutputInfo]:
-        return [o for o in self.outputs if o.tensor]
+        """The outputs the graph computes (not the views of inputs)."""
+        return [o for o in self.outputs if o.computed]
 
     @property
     def tangents(self) -> list[OutputInfo]:
@@ -87,6 +103,8 @@ def trace_joint(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Joi
             raise JointError(f"the graph calls submodule {node.target!r} with parameters")
     spec, outputs, requires_grad = describe(gm, inputs)
     if not any(o.differentiable for o in outputs):
+        if any(o.alias_of is not None and requires_grad[o.alias_of] for o in outputs):
+            raise JointError("the only outputs that need gradients are views of inputs")
         raise NothingToDifferentiate("no output requires grad")
     tangents = [
         torch.empty_strided(o.size, o.stride, dtype=o.dtype, device=_device(inputs))
@@ -138,23 +156,30 @@ def describe(
     gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]
 ) -> tuple[TreeSpec, list[OutputInfo], list[bool]]:
     """Run `gm` on fake copies of `inputs` with grad on: its output leaves, and which
-    inputs require grad. Raises JointError when an output aliases an input or another
-    output (a compiled graph returns fresh tensors, so eager's aliasing would be lost)."""
+    inputs require grad. Raises JointError when two outputs share memory (a compiled graph
+    returns fresh tensors, so eager's aliasing would be lost)."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(t) for t in inputs]
     with mode, torch.enable_grad():
         out = torch.fx.Interpreter(gm).run(*fakes)
     leaves, spec = tree_flatten(plain_containers(out))
-    storages = {StorageWeakRef(f.untyped_storage()): "an input" for f in fakes}
+    inputs_by_storage = {StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(fakes)}
+    outputs_seen: set[StorageWeakRef] = set()
     infos = []
     for leaf in leaves:
         if not isinstance(leaf, torch.Tensor):
             infos.append(OutputInfo(False, value=leaf))
             continue
         ref = StorageWeakRef(leaf.untyped_storage())
-        if ref in storages:
-            raise JointError(f"an output aliases {storages[ref]} (a view or the tensor itself)")
-        storages[ref] = "another output"
+        base = inputs_by_storage.get(ref)
+        if base is not None:
+            offset = leaf.storage_offset() - fakes[base].storage_offset()
+            shape = (tuple(leaf.shape), tuple(leaf.stride()))
+            infos.append(OutputInfo(True, False, *shape, leaf.dtype, alias_of=base, offset=offset))
+            continue
+        if ref in outputs_seen:
+            raise JointError("two outputs share memory (one is a view of the other)")
+        outputs_seen.add(ref)
         infos.append(
             OutputInfo(
                 True,
@@ -229,7 +254,7 @@ def _trace_autograd(
 ) -> torch.fx.GraphModule:
     n = len(inputs)
     diff = [i for i, o in enumerate(outputs) if o.differentiable]
-    tensor_leaves = [i for i, o in enumerate(outputs) if o.tensor]
+    tensor_leaves = [i for i, o in enumerate(outputs) if o.computed]
     wrt = [i for i, rg in enumerate(requires_grad) if rg]
 
     def joint(*args: torch.Tensor) -> tuple:

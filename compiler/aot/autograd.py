@@ -11,8 +11,8 @@ Eager semantics kept on purpose:
   forward kernels run (the compiled forward returns their new values, so it stays free of
   side effects and can be replayed as a CUDA graph);
 * outputs that do not require grad in eager are marked non-differentiable; outputs that
-  are views of an input are recreated from it outside the Function (autograd then routes
-  their gradient to the input itself);
+  are views of an input or of another output are recreated from it outside the Function
+  (autograd then routes their gradient through that base);
 * a gradient that arrives with other strides than the backward was compiled for (an
   expanded `ones` from `.sum()`, a transposed view) is copied into the expected layout, and
   a missing one (an output that did not reach the loss) arrives as zeros;
@@ -56,10 +56,18 @@ class TrainingGraph:
         else:  # called under no_grad after all: outputs only, nothing saved
             tensors, _ = self.run_forward(list(args))
         it = iter(tensors)
-        leaves = [
-            next(it) if o.computed else o.view_of(args[o.alias_of]) if o.tensor else o.value
-            for o in self.joint.outputs
-        ]
+        leaves: list = []
+        for o in self.joint.outputs:
+            if o.computed:
+                leaves.append(next(it))
+            elif o.alias_of is not None:
+                leaves.append(o.view_of(args[o.alias_of]))
+            elif o.view_of_output is not None:
+                j = o.view_of_output
+                leaves[j] = _holding_its_memory(leaves[j], self.joint.outputs[j])
+                leaves.append(o.view_of(leaves[j]))
+            else:
+                leaves.append(o.value)
         return self.joint.spec.unflatten(leaves)
 
     def run_forward(self, args: list) -> tuple[tuple, tuple]:
@@ -104,6 +112,15 @@ class _CompiledFunction(torch.autograd.Function):
                 "function eagerly (compiler.compile(..., backend='eager')) for it"
             )
         return (None, *ctx.graph.run_backward(ctx.saved_tensors, grads))
+
+
+def _holding_its_memory(t: torch.Tensor, out: OutputInfo) -> torch.Tensor:
+    """`t` laid out as eager's output was (dense, from the start of its own memory), so the
+    views of it that eager returned can be rebuilt from it; copied if it is not."""
+    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    if whole and t.storage_offset() == 0 and tuple(t.stride()) == out.stride:
+        return t
+    return torch.empty_strided(out.size, out.stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _in_layout(grad: torch.Tensor, out: OutputInfo) -> torch.Tensor:

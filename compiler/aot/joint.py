@@ -4,9 +4,9 @@ Three passes, all on fake tensors:
 
 1. `describe`: run the graph once to learn which inputs and outputs take part in autograd,
    the outputs' layouts, and which outputs are views of an input (`x.view(...)` of an input
-   left in a local at a graph break): those are not computed by the compiled graph but
-   recreated from the input after it, so they stay views of it as in eager. A graph with
-   two outputs sharing memory is not compiled (the caller runs it eagerly).
+   left in a local at a graph break) or of an earlier output (`out` and `out.flatten(1)`
+   both live): those are not computed by the compiled graph but recreated from their base
+   after it, so they stay views of it as in eager.
 2. `make_fx` over `joint(primals, tangents)`, which runs the graph with grad on and then
    `torch.autograd.grad(outputs, inputs, tangents)`: the dispatcher records the forward ops
    and the ops autograd's engine runs for the backward (convolution_backward, ...).
@@ -56,14 +56,16 @@ class OutputInfo:
     stride: tuple[int, ...] = ()  # the layout the backward expects its tangent in
     dtype: torch.dtype | None = None
     value: Any = None  # the constant, for non-tensor leaves
-    # a view of input `alias_of`: recreated from it with `stride` and `offset` (elements
-    # past the input's own storage offset) instead of being computed by the graph
+    # a view of input `alias_of`, or of the earlier output leaf `view_of_output` (which holds
+    # all of its memory): recreated from it with `stride` and `offset` (elements past the
+    # base's own storage offset) instead of being computed by the graph
     alias_of: int | None = None
+    view_of_output: int | None = None
     offset: int = 0
 
     @property
     def computed(self) -> bool:
-        return self.tensor and self.alias_of is None
+        return self.tensor and self.alias_of is None and self.view_of_output is None
 
     def view_of(self, base: torch.Tensor) -> torch.Tensor:
         if (base.shape, base.stride(), self.offset) == (self.size, self.stride, 0):
@@ -164,22 +166,29 @@ def describe(
         out = torch.fx.Interpreter(gm).run(*fakes)
     leaves, spec = tree_flatten(plain_containers(out))
     inputs_by_storage = {StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(fakes)}
-    outputs_seen: set[StorageWeakRef] = set()
+    owners: dict[StorageWeakRef, int] = {}  # computed outputs holding all of their memory
+    seen: set[StorageWeakRef] = set()
     infos = []
-    for leaf in leaves:
+    for k, leaf in enumerate(leaves):
         if not isinstance(leaf, torch.Tensor):
             infos.append(OutputInfo(False, value=leaf))
             continue
         ref = StorageWeakRef(leaf.untyped_storage())
+        layout = (tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype)
         base = inputs_by_storage.get(ref)
         if base is not None:
             offset = leaf.storage_offset() - fakes[base].storage_offset()
-            shape = (tuple(leaf.shape), tuple(leaf.stride()))
-            infos.append(OutputInfo(True, False, *shape, leaf.dtype, alias_of=base, offset=offset))
+            infos.append(OutputInfo(True, False, *layout, alias_of=base, offset=offset))
             continue
-        if ref in outputs_seen:
-            raise JointError("two outputs share memory (one is a view of the other)")
-        outputs_seen.add(ref)
+        if ref in owners:
+            offset = leaf.storage_offset()
+            infos.append(OutputInfo(True, False, *layout, view_of_output=owners[ref], offset=offset))
+            continue
+        if ref in seen:
+            raise JointError("two outputs share memory and neither holds all of it")
+        seen.add(ref)
+        if _holds_its_memory(leaf):
+            owners[ref] = k
         infos.append(
             OutputInfo(
                 True,
@@ -224,6 +233,14 @@ def _name_placeholders(
         node._rename(name)
         node.target = node.name
     joint.recompile()
+
+
+def _holds_its_memory(t: torch.Tensor) -> bool:
+    """Dense, from the start of its storage to its end: every view of that storage can be
+    rebuilt from it with as_strided."""
+    dense = tuple(t.stride()) == _tangent_stride(t)
+    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return dense and whole and t.storage_offset() == 0
 
 
 def _tangent_stride(t: torch.Tensor) -> tuple[int, ...]:

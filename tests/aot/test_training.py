@@ -266,14 +266,31 @@ def test_reshaped_input_left_in_a_local_at_the_backward_break():
     assert graph.partition is not None and not any("eagerly" in n for n in graph.notes)
 
 
-def test_outputs_sharing_memory_run_eagerly_with_note():
+def test_outputs_that_are_views_of_other_outputs_stay_views():
     def fn(x, w):
         h = x * w
-        return h, h.view(-1)
+        return h, h.view(-1), h.t()[1], h
 
     x, w = _leaf(2, 3), _leaf(2, 3)
     compiled, record = _compile(fn, x, w)
-    assert any("two outputs share memory" in n for n in record.notes)
+    assert record.partition is not None
+    h, flat, col, same = compiled(x, w)
+    assert flat._base is h and col._base is h and same is h
+
+    def backward(out):
+        (out[0].sum() + out[1].square().sum() + out[2].exp().sum()).backward()
+
+    _check(fn, [x, w], backward, compiled)
+
+
+def test_outputs_sharing_memory_nobody_holds_run_eagerly_with_note():
+    def fn(x, w):
+        h = x * w
+        return h[0], h[1]
+
+    x, w = _leaf(2, 3), _leaf(2, 3)
+    compiled, record = _compile(fn, x, w)
+    assert any("share memory" in n for n in record.notes)
     _check(fn, [x, w], lambda out: (out[0].sum() + out[1].square().sum()).backward(), compiled)
 
 

@@ -921,8 +921,8 @@ When a graph's inputs require grad, the code generator compiles its backward too
 one *joint* graph through autograd: the forward's aten ops, then the ops autograd's engine
 runs for the backward, each backward op labelled with the forward line it differentiates. A
 partitioner splits that graph with a minimum cut: the forward *saves* what is cheap to keep
-(its inputs, results of matrix products) and the backward *recomputes* cheap pointwise work
-(here `tanh`) instead of keeping its result. Both halves become kernels, wrapped in an
+(here its input `x` and the `tanh` output) and the backward *recomputes* cheap pointwise work
+(here tanh's derivative `1 - tanh²`) instead of keeping its result. Both halves become kernels, wrapped in an
 `autograd.Function`: `loss.backward()` runs the backward kernels, and the gradients match
 eager's.
 """),

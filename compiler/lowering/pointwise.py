@@ -139,11 +139,27 @@ def unary(ctx: LoweringContext, node, x, *rest, **kwargs):
     return elementwise(ctx, UNARY[node.target.overloadpacket], [x], _compute_for(ctx))
 
 
+# Integer division ops: a zero divisor makes eager raise, but traps (SIGFPE, the process dies)
+# in a C++ kernel and gives garbage in a Triton one.
+_INTEGER_DIVISION = {"fmod", "remainder", "floordiv", "truncdiv"}
+
+
+def _divisor_may_be_zero(op: str, dtype: torch.dtype, divisor: Any) -> bool:
+    """Whether this integer division must run as the aten call, which raises as eager does
+    (the divisor is a tensor or the constant 0)."""
+    if op not in _INTEGER_DIVISION or dtype.is_floating_point:
+        return False
+    return isinstance(divisor, TensorValue) or divisor == 0
+
+
 @register_lowering(*BINARY)
 def binary(ctx: LoweringContext, node, a, b, **kwargs):
     if kwargs:
         return NotImplemented
-    return elementwise(ctx, BINARY[node.target.overloadpacket], [a, b], _compute_for(ctx))
+    op = BINARY[node.target.overloadpacket]
+    if _divisor_may_be_zero(op, _compute_for(ctx), b):
+        return NotImplemented
+    return elementwise(ctx, op, [a, b], _compute_for(ctx))
 
 
 @register_lowering(aten.add, aten.sub)
@@ -170,6 +186,8 @@ def div(ctx: LoweringContext, node, a, b, *, rounding_mode: str | None = None):
     if integer_op is None:
         return NotImplemented
     if not dtype.is_floating_point:
+        if _divisor_may_be_zero(integer_op, dtype, b):
+            return NotImplemented
         return elementwise(ctx, integer_op, [a, b], dtype)
     # Floating point: round the true quotient, as eager does.
     val = ctx.meta()
@@ -186,6 +204,8 @@ def div(ctx: LoweringContext, node, a, b, *, rounding_mode: str | None = None):
 def prims_div(ctx: LoweringContext, node, a, b):
     """prims.div truncates for integers."""
     dtype = _compute_for(ctx)
+    if _divisor_may_be_zero("truncdiv", dtype, b):
+        return NotImplemented
     return elementwise(ctx, "truediv" if dtype.is_floating_point else "truncdiv", [a, b], dtype)
 
 

@@ -114,9 +114,8 @@ template <typename T> static inline T jc_minimum(T a, T b) {
 template <typename T> static inline T jc_abs(T a) { return a < 0 ? -a : a; }
 static inline float jc_abs(float a) { return fabsf(a); }
 static inline double jc_abs(double a) { return fabs(a); }
+// sign(NaN) is 0, as in eager (both comparisons are false), not NaN.
 template <typename T> static inline T jc_sign(T a) { return (T)((T(0) < a) - (a < T(0))); }
-static inline float jc_sign(float a) { return a != a ? a : (float)((0.0f < a) - (a < 0.0f)); }
-static inline double jc_sign(double a) { return a != a ? a : (double)((0.0 < a) - (a < 0.0)); }
 
 // Python's floor division and modulo for integers (C truncates toward zero).
 template <typename T> static inline T jc_floordiv(T a, T b) {

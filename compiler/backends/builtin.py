@@ -51,6 +51,7 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) 
 
 def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
     from compiler.aot.trace import trace_forward
+    from compiler.runtime.aliasing import alias_safe, mutated_inputs
 
     record = current_graph()
     if record is not None:
@@ -59,7 +60,7 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
         record.aot_graphs["forward"] = aot.gm.code
     else:
         aot = trace_forward(gm, inputs)
-    return aot.gm.forward
+    return alias_safe(aot.gm.forward, gm.forward, mutated_inputs(aot.gm), record)
 
 
 @_builtin("inductor")

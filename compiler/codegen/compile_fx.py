@@ -29,6 +29,7 @@ from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import lower
 from compiler.records import GraphRecord, KernelRecord, current_graph
+from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
@@ -212,7 +213,8 @@ class _Compiled:
             # a CUDA graph would write the mutation into its static copy of the input
             self.record.notes.append("reduce-overhead: no CUDA graph, the graph mutates its inputs")
             mode = None
-        return _runner(call, aot, mode, device)
+        run = _runner(call, aot, mode, device)
+        return alias_safe(run, self.gm.forward, mutated_inputs(aot.gm), self.record)
 
     def _load(
         self,

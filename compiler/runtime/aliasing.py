@@ -1,0 +1,64 @@
+"""Graphs that write to their inputs, called with inputs that share memory.
+
+The aot stage functionalizes a graph: an in-place update of input `a` becomes a new value
+copied back into `a` at the end, and every other input is read as it was at the start. That
+is eager's answer only when the inputs are distinct memory. Called with `f(x, x[::2])` or
+`f(x, x.t())`, eager's later reads see the update and the functional graph's do not, so such
+a call runs the captured graph with torch ops instead (the guards do not tell these calls
+apart: shapes, strides and dtypes are the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from compiler.records import GraphRecord
+
+NOTE = "a call whose inputs share memory with an input the graph writes to runs eagerly"
+
+
+def mutated_inputs(aten_gm: torch.fx.GraphModule) -> list[int]:
+    """Positions of the inputs a functional aten graph writes back to (`copy_` into a
+    placeholder)."""
+    placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    written = {
+        n.args[0]
+        for n in aten_gm.graph.nodes
+        if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+    }
+    return [i for i, p in enumerate(placeholders) if p in written]
+
+
+def shares_memory(args: Sequence[Any], mutated: Sequence[int]) -> bool:
+    """Whether a mutated input shares its storage with another tensor input."""
+    storages: dict[int, list[int]] = {}
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.numel():
+            storages.setdefault(a.untyped_storage().data_ptr(), []).append(i)
+    return any(
+        len(storages.get(args[i].untyped_storage().data_ptr(), ())) > 1
+        for i in mutated
+        if isinstance(args[i], torch.Tensor) and args[i].numel()
+    )
+
+
+def alias_safe(
+    compiled: Callable, eager: Callable, mutated: Sequence[int], record: GraphRecord | None
+) -> Callable:
+    """`compiled`, except for calls where a mutated input shares memory with another input:
+    those run `eager` (the captured graph), with a note in the record."""
+    if not mutated:
+        return compiled
+
+    def run(*args: Any) -> Any:
+        if shares_memory(args, mutated):
+            if record is not None and NOTE not in record.notes:
+                record.notes.append(NOTE)
+            return eager(*args)
+        return compiled(*args)
+
+    return run

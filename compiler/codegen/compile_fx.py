@@ -237,7 +237,7 @@ class _Compiled:
                     for k in sched.kernels
                 ]
             )
-        module, _ = load_module(source, str(device.type), kind="wrappers")
+        module, _ = load_module(source, str(device.type), kind="wrappers", shared=False)
         # Bound under each KernelSource's own name, which its `call` line uses (the C++
         # emitter names kernels cpp_* where the scheduler's group name says triton_*).
         module.__dict__.update({kernels[name].name: fn for name, fn in loaded.items()})

@@ -63,13 +63,19 @@ def module_path(source: str, device: str, kind: str = "kernels") -> Path:
     return cache_dir() / kind / f"m{source_key(source, device)}.py"
 
 
-def load_module(source: str, device: str, kind: str = "kernels") -> tuple[ModuleType, bool]:
+def load_module(
+    source: str, device: str, kind: str = "kernels", shared: bool = True
+) -> tuple[ModuleType, bool]:
     """Import `source` from the cache (writing it first if absent). Returns the module and
-    whether the file already existed (a cache hit)."""
+    whether the file already existed (a cache hit).
+
+    `shared=False` executes the file into a new module object on every call: for a module
+    the caller binds names into (a wrapper gets its graph's kernels and constants), since two
+    graphs can generate the same wrapper text around different kernels."""
     path = module_path(source, device, kind)
     name = f"jupyter_compile_{kind}_{path.stem}"
     with _lock:
-        if name in sys.modules:
+        if shared and name in sys.modules:
             return sys.modules[name], True
         hit = path.exists() and path.read_text() == source
         if not hit:
@@ -77,10 +83,12 @@ def load_module(source: str, device: str, kind: str = "kernels") -> tuple[Module
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        if shared:
+            sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        sys.modules.pop(name, None)
+        if shared:
+            sys.modules.pop(name, None)
         raise
     return module, hit

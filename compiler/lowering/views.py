@@ -165,6 +165,17 @@ def unsqueeze(ctx: LoweringContext, node, x: TensorValue, dim: int) -> TensorVal
     return view_of(ctx, node, x, lambda idx: idx[:dim] + idx[dim + 1 :])
 
 
+@register_lowering(aten.squeeze_, aten.unsqueeze_)
+def reshape_in_place(ctx: LoweringContext, node, x: TensorValue, *dims: Any) -> TensorValue:
+    """The matmul decomposition re-shapes its own intermediate in place (`squeeze_(mm, 0)`
+    for a vector times a matrix). While nothing else reads that tensor under its old shape,
+    this is the out-of-place view; an input's shape change stays unsupported."""
+    if ctx._is_input(x) or len(node.args[0].users) != 1:
+        return NotImplemented
+    rule = squeeze if node.target.overloadpacket is aten.squeeze_ else unsqueeze
+    return rule(ctx, node, x, *dims)
+
+
 @register_lowering(aten.as_strided, aten.as_strided_)
 def as_strided(
     ctx: LoweringContext, node, x: TensorValue, size, stride, storage_offset=None

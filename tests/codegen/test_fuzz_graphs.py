@@ -1,0 +1,320 @@
+"""Differential fuzzing of the code generator: random FX graphs through compile_fx vs eager.
+
+Graphs of pointwise, reduction, view, concatenation, matmul and in-place ops over inputs of
+random shapes (size-1 and empty dims included), layouts (transposed, sliced, expanded, offset)
+and dtypes (float32, float16, bfloat16, int64, bool), with broadcasting, are traced with
+torch.fx and compiled by compile_fx: natively with the C++ emitter, and with a smaller budget
+as Triton kernels in Triton's interpreter. Each case is compared with eager (outputs, raised
+exceptions, inputs after the call) on two calls with different values, and with the loop-IR
+reference interpreter. Half-precision results may differ from eager where eager rounds after
+every op and a fused kernel does not: those are accepted when the compiled value is at least
+as close to a float64 run as eager's.
+
+A fallback to eager is correct but counted: the reasons are written to
+test-output/fuzz/<test>.json with the number of cases. $FUZZ_EXAMPLES runs more cases
+(see tests/fuzzing.py); the regression tests below are cases the fuzzer found, minimised.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils._pytree import tree_flatten
+
+from compiler.aot.trace import trace_forward
+from compiler.codegen.compile_fx import compile_fx
+from compiler.ir.interpret import run_graph
+from compiler.lowering.core import lower
+from compiler.records import GraphRecord, compiling_graph
+from tests.codegen.helpers import check
+from tests.conftest import REPO_ROOT
+from tests.fuzzing import LOW_PRECISION, Program, fuzz_settings, straight_line
+
+ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
+TOLERANCE = {
+    torch.float32: 1e-4,
+    torch.float64: 1e-7,
+    torch.float16: 1e-2,
+    torch.bfloat16: 5e-2,
+}
+
+
+@pytest.fixture(autouse=True)
+def session_cache(monkeypatch, tmp_path_factory):
+    # One cache for the session: a kernel seen in an earlier case (or shrink step) is reused.
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fuzz-cache"))
+    monkeypatch.delenv("COMPILER_STRICT", raising=False)
+
+
+class Stats:
+    """What a fuzz test saw, written to test-output/fuzz/<name>.json when it ends."""
+
+    def __init__(self) -> None:
+        self.cases = 0
+        self.kernels = 0
+        self.raised = 0
+        self.dead_errors = 0  # eager raised in dead code that the compiled graph dropped
+        self.fallbacks: collections.Counter[str] = collections.Counter()
+        self.examples: dict[str, str] = {}  # fallback reason -> the first program that hit it
+
+    def dump(self, name: str) -> dict:
+        out = {
+            "cases": self.cases,
+            "kernels": self.kernels,
+            "cases where eager raised": self.raised,
+            "errors of dead code not raised (as torch.compile)": self.dead_errors,
+            "fallbacks": dict(self.fallbacks.most_common()),
+            "fallback examples": self.examples,
+        }
+        path = REPO_ROOT / "test-output" / "fuzz" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2))
+        print(f"\n{name}: {json.dumps(out, indent=2)}")
+        return out
+
+
+# ---- comparison ---------------------------------------------------------------------------
+
+
+def _run(fn: Any, args: list) -> tuple[Any, BaseException | None]:
+    try:
+        with torch.no_grad():
+            return fn(*args), None
+    except Exception as e:  # compared between eager and compiled
+        return None, e
+
+
+def _reference(gm: torch.fx.GraphModule, args: list) -> Any:
+    """The graph in float64 (half-precision inputs widened), or None if that fails."""
+    wide = [
+        a.double() if isinstance(a, torch.Tensor) and a.dtype in LOW_PRECISION else a for a in args
+    ]
+    out, err = _run(gm, wide)
+    return None if err is not None else out
+
+
+def _tensor_close(actual: torch.Tensor, expected: torch.Tensor, ref: Any, what: str) -> None:
+    assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, eager {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape}, eager {expected.shape}"
+    if not expected.dtype.is_floating_point:
+        torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}")
+        return
+    tol = TOLERANCE[expected.dtype]
+    a, e = actual.double(), expected.double()
+    ok = torch.isclose(a, e, rtol=tol, atol=tol, equal_nan=True)
+    if not ok.all() and expected.dtype in LOW_PRECISION and isinstance(ref, torch.Tensor):
+        # eager rounded each op to half precision, the kernel only its stores: accept values at
+        # least as close to the float64 result as eager's.
+        r = ref.double().expand_as(e)
+        ok |= (a - r).abs() <= (e - r).abs() + tol * (1 + r.abs())
+        ok |= torch.isnan(a) & torch.isnan(r)
+    if not ok.all():
+        bad = (~ok).nonzero()[:5].tolist()
+        raise AssertionError(
+            f"{what}: {int((~ok).sum())} of {ok.numel()} elements differ, e.g. at {bad}: "
+            f"compiled {[a[tuple(i)].item() for i in bad]}, eager {[e[tuple(i)].item() for i in bad]}"
+        )
+
+
+def assert_matches(actual: Any, expected: Any, ref: Any, what: str) -> None:
+    a_flat, _ = tree_flatten(actual)
+    e_flat, e_spec = tree_flatten(expected)
+    r_flat = tree_flatten(ref)[0] if ref is not None else [None] * len(e_flat)
+    assert len(a_flat) == len(e_flat), f"{what}: {len(a_flat)} values, eager {len(e_flat)}"
+    for i, (a, e, r) in enumerate(zip(a_flat, e_flat, r_flat)):
+        if isinstance(e, torch.Tensor):
+            _tensor_close(a, e, r, f"{what}[{i}]")
+        else:
+            assert a == e, f"{what}[{i}]: {a!r}, eager {e!r}"
+
+
+def assert_same_error(expected: BaseException | None, actual: BaseException | None) -> None:
+    if expected is None:
+        if actual is not None:
+            raise AssertionError(f"compiled raised {type(actual).__name__}: {actual}") from actual
+        return
+    assert actual is not None, (
+        f"eager raised {type(expected).__name__}: {expected}; compiled did not"
+    )
+    assert type(actual) is type(expected), f"compiled raised {actual!r}, eager {expected!r}"
+
+
+# ---- one case -----------------------------------------------------------------------------
+
+
+def check_program(
+    program: Program, stats: Stats | None = None, interpreter: bool = True
+) -> GraphRecord:
+    """compile_fx(program) == eager on two calls (outputs, errors, inputs after the call),
+    and == the loop-IR interpreter; returns the graph's record."""
+    gm = torch.fx.symbolic_trace(program.function())
+    record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
+    with compiling_graph(record):
+        compiled = compile_fx(gm, program.make_inputs(0))
+    # the second call has every input contiguous (a second entry of the compiled graph);
+    # the third is the first kind again, which must still run its own code
+    calls = [(0, program), (1, program.contiguous()), (2, program)]
+    for seed, prog in calls:
+        e_args, c_args = prog.make_inputs(seed), prog.make_inputs(seed)
+        expected, e_err = _run(gm, e_args)
+        actual, c_err = _run(compiled, c_args)
+        if e_err is not None and c_err is None and _raises_when_live(prog, seed, e_err):
+            if stats is not None:
+                stats.dead_errors += 1
+            continue
+        assert_same_error(e_err, c_err)
+        if e_err is None:
+            assert_matches(
+                actual, expected, _reference(gm, prog.make_inputs(seed)), f"call {seed}: out"
+            )
+        elif stats is not None:
+            stats.raised += 1
+        assert_matches(c_args, e_args, None, f"call {seed}: inputs after the call")
+    if stats is not None:
+        stats.cases += 1
+        stats.kernels += sum(k.language != "extern" for k in record.kernels)
+        if record.fallback:
+            reason = _first_line(record.fallback)
+            stats.fallbacks[reason] += 1
+            stats.examples.setdefault(reason, describe(program))
+    if (
+        interpreter
+        and record.fallback is None
+        and e_err is None
+        and c_err is None
+        and not _mutates(record)
+    ):
+        args = program.make_inputs(2)
+        with torch.no_grad():
+            aot = trace_forward(gm, args)
+            graph, _ = lower(aot, args)
+            flat = run_graph(graph, args)
+        out_node = next(n for n in aot.gm.graph.nodes if n.op == "output")
+        _, spec = tree_flatten(out_node.args[0])
+        assert_matches(spec.unflatten(flat), expected, None, "loop-IR interpreter")
+    return record
+
+
+def _raises_when_live(program: Program, seed: int, error: BaseException) -> bool:
+    """Whether compiling the program that returns every value raises eager's error: then the
+    error came from a computation whose result was unused, and code generation removed it
+    (as torch.compile does)."""
+    everything = torch.fx.symbolic_trace(program.returning_everything().function())
+    args = program.make_inputs(seed)
+    _, err = _run(lambda *a: compile_fx(everything, args)(*a), program.make_inputs(seed))
+    return type(err) is type(error)
+
+
+def _mutates(record: GraphRecord) -> bool:
+    return any(n.startswith("inputs mutated") for n in record.notes)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:200] if text.strip() else "?"
+
+
+# ---- the fuzz tests -----------------------------------------------------------------------
+
+CPP_STATS = Stats()
+TRITON_STATS = Stats()
+
+
+def describe(program: Program) -> str:
+    inputs = "\n".join(f"#   {s}" for s in program.inputs)
+    return f"# inputs:\n{inputs}\n{program.source()}"
+
+
+def _check_or_explain(program: Program, stats: Stats) -> None:
+    try:
+        check_program(program, stats)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{describe(program)}") from exc
+
+
+@given(data=st.data())
+@fuzz_settings(ci_default=40)
+def test_fuzz_cpp(data):
+    _check_or_explain(straight_line(data, dtypes=ALL_DTYPES), CPP_STATS)
+
+
+@given(data=st.data())
+@fuzz_settings(ci_default=30)
+def test_fuzz_triton_interpreted(data, monkeypatch):
+    monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    program = straight_line(data, dtypes=(torch.float32, torch.int64, torch.bool), max_steps=5)
+    _check_or_explain(program, TRITON_STATS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def write_stats():
+    yield
+    for name, stats in (("codegen_cpp", CPP_STATS), ("codegen_triton", TRITON_STATS)):
+        if stats.cases:
+            stats.dump(name)
+
+
+# ---- regressions the fuzzer found ---------------------------------------------------------
+
+_DIVISIONS = [
+    "torch.floor_divide(a, b)",
+    "torch.remainder(a, b)",
+    "torch.fmod(a, b)",
+    "torch.div(a, b, rounding_mode='trunc')",
+    "a // 0",
+]
+_DIVIDE_BY_ZERO = """
+import torch
+from compiler.codegen.compile_fx import compile_fx
+a, b = torch.tensor([5, 7, 9]), torch.tensor([2, 0, 3])
+for op in {ops!r}:
+    gm = torch.fx.symbolic_trace(eval("lambda a, b: (" + op + ",)"))
+    try:
+        compile_fx(gm, [a, b])(a, b)
+        print(op, "returned")
+    except RuntimeError as e:
+        print(op, "raised", e)
+"""
+
+
+def test_integer_division_by_zero_raises_instead_of_killing_the_process(tmp_path):
+    """Found by test_fuzz_cpp: an integer kernel dividing by zero trapped (SIGFPE) and took
+    the process - a notebook's kernel - down, where eager raises RuntimeError. Run in a child
+    process, so a regression fails this test instead of killing the test run."""
+    env = {**os.environ, "COMPILER_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _DIVIDE_BY_ZERO.format(ops=_DIVISIONS)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}"
+    assert proc.stdout.splitlines() == [f"{op} raised ZeroDivisionError" for op in _DIVISIONS]
+
+
+@pytest.mark.parametrize("emitter", ["cpp", "triton"])
+def test_sign_of_nan_is_zero_as_in_eager(emitter, monkeypatch):
+    """Found by test_fuzz_cpp: the C++ kernel's sign returned NaN for NaN; torch.sign gives 0."""
+    if emitter == "triton":
+        monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    x = torch.tensor([1.0, -2.0, float("nan"), 0.0, -0.0, float("-inf")])
+    check(lambda a: (torch.sign(a), torch.sign(torch.rsqrt(a))), x)
+
+
+def test_vector_times_matrix_is_compiled():
+    """Found by test_fuzz_cpp (11% of its cases fell back to eager): `v @ W` and F.linear on
+    a 1-D input decompose to an mm whose result is squeezed in place (aten.squeeze_), which
+    the lowering refused as a mutation."""
+    v, w, b = torch.randn(4), torch.randn(4, 3), torch.randn(3)
+    record = check(lambda v, w, b: (v @ w, torch.nn.functional.linear(v, w.t(), b)), v, w, b)
+    assert record.fallback is None and any(k.language == "extern" for k in record.kernels)

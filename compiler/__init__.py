@@ -15,8 +15,8 @@ from compiler.api import (
     reset,
 )
 from compiler.explain import ExplainOutput
+from compiler.records import CompilerWarning
 from compiler.tracer.breaks import Unsupported
-from compiler.tracer.evaluator import CompilerWarning
 
 __all__ = [
     "CompilerWarning",

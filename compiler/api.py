@@ -64,7 +64,7 @@ def compile(
         # goes straight to `backend`, and what that does lands in the served graph's record.
         return _GraphInBackend(model, backend_fn, backend_name(backend), mode, options, served)
     config = CompileConfig(
-        backend=_with_options(backend_fn, mode, options),
+        backend=_with_options(backend_fn, mode, options, fullgraph),
         backend_name=backend_name(backend),
         mode=mode,
         fullgraph=fullgraph,
@@ -87,15 +87,17 @@ def optimize(
     return lambda fn: compile(fn, backend=backend, fullgraph=nopython, **kwargs)
 
 
-def _with_options(backend_fn: Callable, mode: str | None, options: dict | None) -> Callable:
-    """The backend, called with the compile call's mode and options visible to every backend it
-    reaches (a user backend wrapping "inductor" compiles in the user's mode)."""
-    if mode in (None, "default") and not options:
+def _with_options(
+    backend_fn: Callable, mode: str | None, options: dict | None, fullgraph: bool = False
+) -> Callable:
+    """The backend, called with the compile call's mode, options and fullgraph visible to every
+    backend it reaches (a user backend wrapping "inductor" compiles in the user's mode)."""
+    if mode in (None, "default") and not options and not fullgraph:
         return backend_fn
 
     @functools.wraps(backend_fn)
     def with_options(gm, example_inputs):
-        with backend_options(mode, options):
+        with backend_options(mode, options, fullgraph):
             return backend_fn(gm, example_inputs)
 
     return with_options

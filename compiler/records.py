@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 
+class CompilerWarning(UserWarning):
+    """A function, or a graph of it, runs eagerly because the compiler could not handle it;
+    the same text is kept in the records (FunctionRecord.warnings, GraphRecord.fallback)."""
+
+
 @dataclass
 class SourceLine:
     """One line of user source, as shown next to graphs, guards, breaks and kernels."""

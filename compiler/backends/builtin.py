@@ -74,10 +74,10 @@ def inductor(
     of the compile call being served, so a user backend wrapping it keeps the user's mode."""
     from compiler.codegen.compile_fx import compile_fx
 
+    served = current_options()
     if mode is None and options is None:
-        served = current_options()
         mode, options = served.mode, served.options or None
-    return compile_fx(gm, example_inputs, mode=mode, options=options)
+    return compile_fx(gm, example_inputs, mode=mode, options=options, strict=served.fullgraph)
 
 
 @_builtin("cudagraphs")

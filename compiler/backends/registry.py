@@ -24,10 +24,12 @@ _BUILTIN: set[str] = set()
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """The `mode=` and `options=` of the compile call whose graph a backend is compiling."""
+    """The `mode=`, `options=` and `fullgraph=` of the compile call whose graph a backend is
+    compiling (with fullgraph, a failing code generator raises instead of running eagerly)."""
 
     mode: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    fullgraph: bool = False
 
 
 _current_options: contextvars.ContextVar[BackendOptions | None] = contextvars.ContextVar(
@@ -40,8 +42,10 @@ def current_options() -> BackendOptions:
 
 
 @contextlib.contextmanager
-def backend_options(mode: str | None, options: dict | None) -> Iterator[None]:
-    token = _current_options.set(BackendOptions(mode, dict(options or {})))
+def backend_options(
+    mode: str | None, options: dict | None, fullgraph: bool = False
+) -> Iterator[None]:
+    token = _current_options.set(BackendOptions(mode, dict(options or {}), fullgraph))
     try:
         yield
     finally:

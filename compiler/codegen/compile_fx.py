@@ -9,8 +9,9 @@
 Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
 with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
 runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
-(COMPILER_STRICT=1 raises instead). Graphs that need autograd go to compiler/aot/training.py:
-a joint forward+backward graph, partitioned, each half compiled by the stages here.
+(fullgraph=True and COMPILER_STRICT=1 raise instead). Graphs that need autograd go to
+compiler/aot/training.py: a joint forward+backward graph, partitioned, each half compiled by
+the stages here.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from compiler.codegen.common import KernelSource, emitter_for
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import lower
-from compiler.records import GraphRecord, KernelRecord, current_graph
+from compiler.records import CompilerWarning, GraphRecord, KernelRecord, current_graph
 from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
+from compiler.runtime.cpp_build import CppCompileError
+from compiler.runtime.eager import run_eagerly
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
@@ -42,22 +45,26 @@ def compile_fx(
     example_inputs: Sequence[Any],
     mode: str | None = None,
     options: dict | None = None,
+    strict: bool = False,
 ) -> Callable:
     """Compile `gm` for inputs like `example_inputs`; returns a callable taking the same
     positional tensors and returning what `gm` returns. `mode`: None/"default",
     "reduce-overhead" (CUDA graphs) or "max-autotune"; `options` is accepted for the API's
-    sake and has no keys yet."""
+    sake and has no keys yet. A failure of the code generator runs the graph eagerly unless
+    `strict` (fullgraph=True) or COMPILER_STRICT=1, which raise it."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
-        training = _training(gm, mode, record)
+        training = _training(gm, mode, record, strict)
         training.entry_for(list(example_inputs))
         return training
-    compiled = CompiledGraph(gm, mode, record)
+    compiled = CompiledGraph(gm, mode, record, strict=strict)
     compiled.entry_for(list(example_inputs))
     return compiled
 
 
-def _training(gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None):
+def _training(
+    gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | None, strict: bool = False
+):
     """compiler/aot/training.py's joint graph and partition, each half compiled here."""
     from compiler.aot.training import CompiledTraining
 
@@ -65,7 +72,7 @@ def _training(gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | 
     inference: list[CompiledGraph] = []
 
     def compile_half(aot: AotGraph, part: str, inputs: list | None) -> Callable:
-        compiled = CompiledGraph(aot.gm, mode, record, aot, part)
+        compiled = CompiledGraph(aot.gm, mode, record, aot, part, strict)
         if inputs is None:  # the backward: compiled at its first call
             return compiled
         compiled.entry_for(inputs)
@@ -76,7 +83,7 @@ def _training(gm: torch.fx.GraphModule, mode: str | None, record: GraphRecord | 
 
     def compile_inference(inputs: list) -> Callable:
         if not inference:
-            inference.append(CompiledGraph(gm, mode, record))
+            inference.append(CompiledGraph(gm, mode, record, strict=strict))
         inference[0].entry_for(inputs)
         return inference[0]
 
@@ -92,13 +99,23 @@ def _signature(args: Sequence[Any]) -> tuple:
     )
 
 
+def _strict_env() -> bool:
+    return os.environ.get("COMPILER_STRICT", "") not in ("", "0")
+
+
 class CompiledGraph:
     """Runs the compiled code for each input signature (shapes, strides, dtypes, devices) it
     has seen, compiling on the first call with a new one.
 
     Given `aot`, the graph is already a functional aten graph (a training graph's forward or
     backward half, named by `part`): the aot stage is skipped and the kernels are recorded
-    as that part's."""
+    as that part's.
+
+    When compiled code raises, the graph runs again eagerly and eager decides: if it raises
+    too, that is the user's error (a division by zero, an index out of range), raised as
+    eager raises it, and the compiled code stays; otherwise the compiled code is at fault
+    (Triton compiles a kernel at its first launch) and this kind of call runs eagerly from
+    then on, with one warning and `GraphRecord.fallback`."""
 
     def __init__(
         self,
@@ -107,19 +124,30 @@ class CompiledGraph:
         record: GraphRecord | None,
         aot: AotGraph | None = None,
         part: str = "",
+        strict: bool = False,
     ):
         self.gm = gm
+        self.eager = gm.forward  # one bound method, so entries can be compared with it
         self.mode = mode
         self.record = record
         self.aot = aot
         self.part = part
+        self.strict = strict
         self.entries: dict[tuple, Callable] = {}
 
     def __call__(self, *args: Any) -> Any:
-        entry = self.entries.get(_signature(args))
+        key = _signature(args)
+        entry = self.entries.get(key)
         if entry is None:
             entry = self.entry_for(list(args))
-        return entry(*args)
+        if entry is self.eager:
+            return entry(*args)
+        try:
+            return entry(*args)
+        except Exception as exc:
+            if getattr(entry, "first_call", False) or getattr(entry, "mutated_inputs", ()):
+                raise  # judged by the first call already, or inputs may be half-written
+            return self._judge(key, exc, args, [])
 
     def entry_for(self, args: list) -> Callable:
         key = _signature(args)
@@ -130,31 +158,53 @@ class CompiledGraph:
             return self.entries[key]
 
         def first_call(*call_args: Any) -> Any:
-            # Triton compiles a kernel at its first launch: a failure there falls back too
+            saved = _save_mutated(built, call_args)
             try:
                 out = built(*call_args)
             except Exception as exc:
-                self.entries[key] = self._fallback(exc)
-                return self.entries[key](*call_args)
+                return self._judge(key, exc, call_args, saved)
             self.entries[key] = built
             return out
 
+        first_call.first_call = True
         self.entries[key] = first_call
         return first_call
 
+    def _judge(self, key: tuple, failure: Exception, args: Sequence[Any], saved: list) -> Any:
+        """Eager's answer after the compiled code raised `failure` (the first call's partial
+        writes to inputs undone first); eager's own error if it raises too."""
+        for i, value in saved:
+            args[i].copy_(value)
+        expected = run_eagerly(self.gm, args)
+        self.entries[key] = self._fallback(failure)
+        return expected
+
     def _fallback(self, exc: BaseException) -> Callable:
-        if os.environ.get("COMPILER_STRICT") == "1":
+        if self.strict or _strict_env():
             raise exc
         reason = f"{type(exc).__name__}: {exc}".strip()
         if self.record is not None:
             self.record.fallback = reason
+        if isinstance(exc, CppCompileError):
+            return self.eager  # the C++ build warned once already, with the compiler's output
         if reason not in _warned:
             _warned.add(reason)
             warnings.warn(
                 f"compiler: graph runs eagerly because code generation failed ({reason})",
+                CompilerWarning,
                 stacklevel=3,
             )
-        return self.gm.forward
+        return self.eager
+
+
+def _save_mutated(built: Callable, args: Sequence[Any]) -> list[tuple[int, torch.Tensor]]:
+    """Copies of the inputs the compiled graph writes to, so that a failed first call's
+    partial writes can be undone before the graph runs eagerly."""
+    return [
+        (i, args[i].detach().clone())
+        for i in getattr(built, "mutated_inputs", ())
+        if isinstance(args[i], torch.Tensor)
+    ]
 
 
 class _Compiled:
@@ -214,7 +264,10 @@ class _Compiled:
             self.record.notes.append("reduce-overhead: no CUDA graph, the graph mutates its inputs")
             mode = None
         run = _runner(call, aot, mode, device)
-        return alias_safe(run, self.gm.forward, mutated_inputs(aot.gm), self.record)
+        mutated = mutated_inputs(aot.gm)
+        run = alias_safe(run, self.gm.forward, mutated, self.record)
+        run.mutated_inputs = mutated
+        return run
 
     def _load(
         self,

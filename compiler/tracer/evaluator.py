@@ -21,7 +21,14 @@ from typing import Any, Callable
 import torch
 
 from compiler import records
-from compiler.records import EntryRecord, FunctionRecord, GraphBreak, GraphRecord, SourceLine
+from compiler.records import (
+    CompilerWarning,
+    EntryRecord,
+    FunctionRecord,
+    GraphBreak,
+    GraphRecord,
+    SourceLine,
+)
 from compiler.tracer import concrete
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
@@ -30,10 +37,6 @@ from compiler.tracer.concrete import RealFrame, Returned
 from compiler.tracer.guards import CompiledGuards, compile_guards
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult, tensor_vars
-
-
-class CompilerWarning(UserWarning):
-    """A function (or part of one) runs eagerly because the compiler could not handle it."""
 
 
 @dataclass

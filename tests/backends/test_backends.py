@@ -110,9 +110,9 @@ def test_wrapped_inductor_compiles_in_the_users_mode(monkeypatch):
     modes = []
     real = compile_fx_module.compile_fx
 
-    def spy(gm, example_inputs, mode=None, options=None):
+    def spy(gm, example_inputs, mode=None, options=None, **kwargs):
         modes.append(mode)
-        return real(gm, example_inputs, mode=mode, options=options)
+        return real(gm, example_inputs, mode=mode, options=options, **kwargs)
 
     monkeypatch.setattr(compile_fx_module, "compile_fx", spy)
     observed = []

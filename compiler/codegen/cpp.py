@@ -168,9 +168,11 @@ class _KernelWriter:
             in_bounds = 0 <= lo and hi < layout.storage_size()
         else:  # a gather: some coordinates are computed values (already wrapped by lowering)
             terms = [str(layout.offset)] if layout.offset else []
-            for i, stride in zip(load.indices, layout.stride):
+            for i, stride, size in zip(load.indices, layout.stride, layout.size):
                 coord = (
-                    c_index(i) if isinstance(i, Index) else f"static_cast<int64_t>({self.value(i)})"
+                    c_index(i)
+                    if isinstance(i, Index)
+                    else f"jc_index(static_cast<int64_t>({self.value(i)}), {size})"
                 )
                 terms.append(f"({coord})*{stride}" if stride != 1 else f"({coord})")
             index = " + ".join(terms) or "0"
@@ -518,16 +520,22 @@ def _flat(rvars: Sequence[Var]) -> Index:
 
 
 class CppKernel:
-    """A loaded C++ kernel: call it with the tensors of its parameters, in order."""
+    """A loaded C++ kernel: call it with the tensors of its parameters, in order. A kernel
+    that gathers checks its library's index-error flag after each launch and raises
+    IndexError as eager would (it read element 0 in place of the bad index)."""
 
-    def __init__(self, name: str, function, nargs: int) -> None:
+    def __init__(self, name: str, function, nargs: int, index_error=None) -> None:
         self.name = name
         self.function = function
+        self.index_error = index_error  # ctypes.c_int in the library, for gathering kernels
         function.argtypes = [ctypes.c_void_p] * nargs
         function.restype = None
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         self.function(*[t.data_ptr() for t in tensors])
+        if self.index_error is not None and self.index_error.value:
+            self.index_error.value = 0
+            raise IndexError(f"index out of range in a gather of the compiled kernel {self.name}")
 
     def __repr__(self) -> str:
         return f"<C++ kernel {self.name}>"
@@ -596,7 +604,12 @@ class CppEmitter:
             for k in unit:
                 kernel = kernels[k]
                 nargs = len(kernel.call[len(kernel.name) + 1 : -1].split(", "))
-                out[k] = CppKernel(kernel.name, getattr(lib, kernel.name), nargs)
+                flag = (
+                    ctypes.c_int.in_dll(lib, "jc_index_error")
+                    if "jc_index(" in kernel.source
+                    else None
+                )
+                out[k] = CppKernel(kernel.name, getattr(lib, kernel.name), nargs, flag)
         return [k for k in out if k is not None]
 
 

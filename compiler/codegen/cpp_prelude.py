@@ -103,6 +103,19 @@ static inline uint16_t jc_float_to_half(float f) {
 static inline float jc_round_bf16(float f) { return jc_bf16_to_float(jc_float_to_bf16(f)); }
 static inline float jc_round_half(float f) { return jc_half_to_float(jc_float_to_half(f)); }
 
+// ---- gathers (embedding, advanced indexing, torch.gather) --------------------------------------
+// An index outside 0 .. n-1, where eager raises IndexError, reads element 0 instead of memory
+// outside the buffer (a crash, or another tensor's data) and sets this library's
+// jc_index_error, which the launcher (CppKernel) checks and clears after the kernel.
+extern "C" { int jc_index_error = 0; }
+static inline int64_t jc_index(int64_t i, int64_t n) {
+  if (__builtin_expect(i < 0 || i >= n, 0)) {
+    __atomic_store_n(&jc_index_error, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  return i;
+}
+
 // ---- torch semantics the C operators do not have --------------------------------------------
 // maximum/minimum propagate NaN (fmax/fmin and the C comparisons do not).
 template <typename T> static inline T jc_maximum(T a, T b) {

@@ -224,14 +224,23 @@ class _KernelWriter:
         return self.value(v, scope)
 
     def load(self, v: Load, scope: _Scope) -> tuple[str, int]:
-        static, dynamic = address(self.buffers[v.buf], v.indices)
+        layout = self.buffers[v.buf]
+        static, dynamic = address(layout, v.indices)
         parts = [render(static)]
         level = self.index_level(static)
-        for value, stride in dynamic:
+        mask_parts = []
+        sizes = [
+            n
+            for i, n, st in zip(v.indices, layout.size, layout.stride)
+            if not isinstance(i, Index) and st
+        ]
+        for (value, stride), size in zip(dynamic, sizes):
             text, lvl = self.value(value, scope)
+            # A gather's index outside 0 .. size-1 (eager raises IndexError) must not read
+            # outside the buffer: such lanes load 0 instead.
+            mask_parts.append(f"(({text}) >= 0) & (({text}) < {size})")
             parts.append(f"{text} * {stride}" if stride != 1 else text)
             level = max(level, lvl)
-        mask_parts = []
         if v.mask is not None:
             mtext, mlevel = self.value(v.mask, scope)
             level = max(level, mlevel)

@@ -5,7 +5,9 @@ a second process that generates the same source finds the file (and Triton's own
 the compiled binary): nothing is compiled twice. Files are written to a temporary name and
 renamed into place, so concurrent processes never see half a file.
 
-Location: $COMPILER_CACHE_DIR, else ~/.cache/jupyter-compile.
+Location: $COMPILER_CACHE_DIR, else ~/.cache/jupyter-compile ($XDG_CACHE_HOME respected). A
+file that does not hold its source (truncated, corrupt, edited) is written again before it
+is imported, never imported as it is.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ _lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("COMPILER_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "jupyter-compile"
-    )
-    return Path(root)
+    """$COMPILER_CACHE_DIR, else jupyter-compile/ in $XDG_CACHE_HOME or ~/.cache (per user, as
+    home directories are; the C++ libraries go to its cpp/ folder)."""
+    root = os.environ.get("COMPILER_CACHE_DIR")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jupyter-compile"
 
 
 def _triton_version() -> str:
@@ -59,6 +64,13 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _holds(path: Path, source: str) -> bool:
+    try:
+        return path.read_text() == source
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def module_path(source: str, device: str, kind: str = "kernels") -> Path:
     return cache_dir() / kind / f"m{source_key(source, device)}.py"
 
@@ -77,8 +89,8 @@ def load_module(
     with _lock:
         if shared and name in sys.modules:
             return sys.modules[name], True
-        hit = path.exists() and path.read_text() == source
-        if not hit:
+        hit = _holds(path, source)
+        if not hit:  # absent, or truncated or corrupt: written again, never loaded
             write_atomic(path, source)
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -63,9 +64,9 @@ class TritonKernel:
         self.key = key
         self.autotune = mode == "max-autotune" and not INTERPRET
         if self.autotune:
-            tuned = self._tuned_path()
-            if tuned.exists():
-                self.config = json.loads(tuned.read_text())
+            tuned = read_tuned(self._tuned_path(), self.config)
+            if tuned is not None:
+                self.config = tuned
                 self.autotune = False
 
     def _tuned_path(self):
@@ -105,6 +106,21 @@ class TritonKernel:
         self.config = best
         self.autotune = False
         write_atomic(self._tuned_path(), json.dumps(best))
+
+
+def read_tuned(path: Path, default: dict) -> dict | None:
+    """The config a max-autotune run saved for a kernel, or None when there is none or it
+    cannot be used: a truncated or corrupt file, or one of another shape. Then the kernel
+    is tuned again and the file rewritten."""
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or set(config) != set(default):
+        return None
+    if not all(type(v) is int and v > 0 and v & (v - 1) == 0 for v in config.values()):
+        return None  # block sizes and warp counts are powers of two
+    return config
 
 
 def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:

@@ -12,6 +12,8 @@ helper functions and runs them through the bytecode tracer.
 
 Budget: each fuzz test runs `examples(n)` cases, `n` scaled by $FUZZ_EXAMPLES (a count that
 replaces the CI default); hypothesis is derandomised, so CI runs the same cases every time.
+A long run, e.g. `FUZZ_EXAMPLES=1000 FUZZ_SHRINK=0 pytest --timeout=0 -p no:logging
+tests/codegen/test_fuzz_graphs.py`, needs --timeout=0 (each fuzz test is one pytest test).
 """
 
 from __future__ import annotations

@@ -173,8 +173,8 @@ class CompiledGraph:
     def _judge(self, key: tuple, failure: Exception, args: Sequence[Any], saved: list) -> Any:
         """Eager's answer after the compiled code raised `failure` (the first call's partial
         writes to inputs undone first); eager's own error if it raises too."""
-        for i, value in saved:
-            args[i].copy_(value)
+        for i, memory in saved:
+            args[i].untyped_storage().copy_(memory)
         expected = run_eagerly(self.gm, args)
         self.entries[key] = self._fallback(failure)
         return expected
@@ -197,11 +197,12 @@ class CompiledGraph:
         return self.eager
 
 
-def _save_mutated(built: Callable, args: Sequence[Any]) -> list[tuple[int, torch.Tensor]]:
-    """Copies of the inputs the compiled graph writes to, so that a failed first call's
-    partial writes can be undone before the graph runs eagerly."""
+def _save_mutated(built: Callable, args: Sequence[Any]) -> list[tuple[int, Any]]:
+    """Copies of the memory of the inputs the compiled graph writes to, so that a failed
+    first call's partial writes can be undone before the graph runs eagerly (the whole
+    storage: an input may be a view that cannot be written as a whole, e.g. expanded)."""
     return [
-        (i, args[i].detach().clone())
+        (i, args[i].untyped_storage().clone())
         for i in getattr(built, "mutated_inputs", ())
         if isinstance(args[i], torch.Tensor)
     ]

@@ -37,7 +37,7 @@ from compiler.lowering.core import lower
 from compiler.records import GraphRecord, compiling_graph
 from tests.codegen.helpers import check
 from tests.conftest import REPO_ROOT
-from tests.fuzzing import LOW_PRECISION, Program, fuzz_settings, straight_line
+from tests.fuzzing import LOW_PRECISION, InputSpec, Program, fuzz_settings, straight_line
 
 ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 TOLERANCE = {
@@ -318,3 +318,17 @@ def test_vector_times_matrix_is_compiled():
     v, w, b = torch.randn(4), torch.randn(4, 3), torch.randn(3)
     record = check(lambda v, w, b: (v @ w, torch.nn.functional.linear(v, w.t(), b)), v, w, b)
     assert record.fallback is None and any(k.language == "extern" for k in record.kernels)
+
+
+def test_in_place_update_of_a_row_of_an_expanded_input():
+    """Found by test_fuzz_cpp: writing a row of an expanded input (all rows share it) is
+    allowed in eager, but the functional graph's write-back into the whole expanded input
+    is not; the graph runs eagerly, and undoing the failed call's writes must not try to
+    write the expanded input as a whole either."""
+    program = Program(
+        [InputSpec("a0", (3, 4), torch.float32, "expanded")],
+        ["a0[0].add_(1.0)", "v1 = a0 * 2"],
+        ["v1", "a0"],
+    )
+    record = check_program(program)
+    assert record.fallback and "single memory location" in record.fallback

@@ -91,12 +91,28 @@ def _training(
 
 
 def _signature(args: Sequence[Any]) -> tuple:
-    return tuple(
-        (tuple(a.shape), tuple(a.stride()), a.dtype, a.device)
-        if isinstance(a, torch.Tensor)
-        else (type(a), a)
-        for a in args
+    return (
+        _global_state(),
+        *(
+            (tuple(a.shape), tuple(a.stride()), a.dtype, a.device)
+            if isinstance(a, torch.Tensor)
+            else (type(a), a)
+            for a in args
+        ),
     )
+
+
+def _global_state() -> tuple:
+    """The state outside the arguments that changes the aten graph: the default dtype (of
+    factories given none) and autocast (casts before matmuls, and the dtype an extern call
+    returns). Compiled under one and run under another, a kernel would read bfloat16
+    results as float32 (garbage) or return a stale dtype."""
+    if not torch._C._is_any_autocast_enabled():
+        return (torch.get_default_dtype(),)
+    autocast = tuple(
+        (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+    )
+    return (torch.get_default_dtype(), *autocast)
 
 
 def _strict_env() -> bool:

@@ -322,3 +322,111 @@ def test_entries_with_the_same_wrapper_text_keep_their_own_kernels():
         call_both(add_mul, compiled, torch.randn(3, 4), torch.randn(y_shape))
     wrappers = [g.wrapper_source for g in compiler.inspect(compiled).graphs]
     assert len(wrappers) == 2 and wrappers[0] == wrappers[1]
+
+
+# ---- global objects and global state ----------------------------------------------------------
+
+
+class Config:
+    def __init__(self):
+        self.scale = 2.0
+        self.act = "relu"
+
+
+CONFIG = Config()
+TABLE = {"k": 2.0, "use": True}
+
+
+def uses_config(x):
+    y = x * CONFIG.scale * TABLE["k"]
+    if TABLE["use"]:
+        y = y + 1
+    return torch.relu(y) if CONFIG.act == "relu" else torch.tanh(y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mutated_attribute_of_a_global_object_and_a_global_dict(backend):
+    compiled = compiler.compile(uses_config, backend=backend)
+    changes = [
+        lambda: setattr(CONFIG, "scale", -3.0),
+        lambda: TABLE.__setitem__("k", 0.5),
+        lambda: TABLE.__setitem__("use", False),
+        lambda: setattr(CONFIG, "act", "tanh"),
+        lambda: TABLE.__setitem__("extra", 1),
+    ]
+    try:
+        call_both(uses_config, compiled, torch.randn(5))
+        for change in changes:
+            change()
+            call_both(uses_config, compiled, torch.randn(5))
+    finally:
+        CONFIG.scale, CONFIG.act = 2.0, "relu"
+        TABLE.clear()
+        TABLE.update({"k": 2.0, "use": True})
+
+
+GUARD_BUG = "guard bug: no guard on {state}; an entry traced under one is reused under another"
+
+
+def adds_a_new_tensor(x):
+    return x + torch.ones(3)
+
+
+def casts_like_a_new_tensor(x):
+    y = torch.ones(3)
+    return x.to(y.dtype) * 2
+
+
+def _default_dtype_cases():
+    bug = pytest.mark.xfail(reason=GUARD_BUG.format(state="torch.get_default_dtype()"), strict=True)
+    return [
+        pytest.param(adds_a_new_tensor, "inductor", id="factory-inductor"),
+        pytest.param(adds_a_new_tensor, "eager", id="factory-eager"),
+        pytest.param(adds_a_new_tensor, "aot_eager", id="factory-aot_eager", marks=bug),
+        *(
+            pytest.param(casts_like_a_new_tensor, b, id=f"python-level-{b}", marks=bug)
+            for b in ("eager", *BACKENDS)
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("fn", "backend"), _default_dtype_cases())
+def test_changed_default_dtype(fn, backend):
+    """inductor recompiles its graph for another default dtype (a factory's dtype); the
+    tracer's entries do not, so a dtype it read in Python stays (xfail, for the guards)."""
+    compiled = compiler.compile(fn, backend=backend)
+    x = torch.randn(3, dtype=torch.float16)
+    call_both(fn, compiled, x, tol=1e-3)
+    torch.set_default_dtype(torch.float64)
+    try:
+        call_both(fn, compiled, x, tol=1e-3)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "inductor",
+        pytest.param(
+            "aot_eager",
+            marks=pytest.mark.xfail(reason=GUARD_BUG.format(state="autocast"), strict=True),
+        ),
+    ],
+)
+def test_autocast_on_and_off(backend):
+    """Found by writing this test: a graph compiled by inductor without autocast and run
+    under it read the bfloat16 result of its (extern) matmul as float32: garbage (~1e27).
+    The code generator now compiles per autocast state; the tracer does not guard it, so
+    aot_eager's graph keeps the casts of the first call (xfail)."""
+
+    def mm(x, w):
+        return x @ w + 1
+
+    x, w = torch.randn(2, 4), torch.randn(4, 3)
+    for first_under_autocast in (False, True):
+        compiler.reset()
+        compiled = compiler.compile(mm, backend=backend)
+        for autocast in (first_under_autocast, not first_under_autocast, first_under_autocast):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                call_both(mm, compiled, x, w, tol=1e-2)

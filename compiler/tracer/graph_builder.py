@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import operator
 import re
 from typing import Any
@@ -36,6 +38,21 @@ _IMPURE_FUNCTIONS = {
     operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
     operator.ilshift, operator.irshift,
 }  # fmt: skip
+
+
+_running_fake = contextvars.ContextVar("running_fake", default=False)
+
+
+class _QuietMetaErrors(logging.Filter):
+    """FakeTensorMode logs a whole traceback at ERROR when an op's meta function raises. For
+    the tracer that is most often the user's own error (a shape mismatch), which it raises
+    as eager does by running the op for real; the log would print that traceback twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_running_fake.get() and record.msg.startswith("failed while attempting"))
+
+
+logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietMetaErrors())
 
 
 class GraphBuilder:
@@ -115,6 +132,7 @@ class GraphBuilder:
         return self.wrap_output(node, fake_out)
 
     def run_fake(self, kind: str, target: Any, fake_args: list, fake_kwargs: dict) -> Any:
+        token = _running_fake.set(True)
         try:
             with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
                 if kind == "call_method":
@@ -130,6 +148,8 @@ class GraphBuilder:
             # Most often the user's own error (a shape mismatch): running the op for real
             # raises it exactly as eager does.
             raise Break(f"{_op_name(kind, target)} raised {type(e).__name__} while tracing: {e}") from None
+        finally:
+            _running_fake.reset(token)
 
     def set_grad_enabled(self, enabled: bool) -> None:
         if enabled == self.grad_enabled:

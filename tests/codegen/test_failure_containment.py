@@ -204,6 +204,22 @@ def test_a_user_exception_keeps_its_type_and_message():
     torch.testing.assert_close(compiled(torch.ones(2)), torch.ones(2))
 
 
+def test_a_shape_error_is_raised_as_eager_without_a_logged_traceback(capfd):
+    """Found while testing user errors: the fake-tensor run logged the whole meta-function
+    traceback to stderr (30 lines in a notebook) before the error itself."""
+
+    def g(x, w):
+        return x @ w
+
+    x, w = torch.randn(3, 4), torch.randn(5, 5)
+    with pytest.raises(RuntimeError) as expected:
+        g(x, w)
+    with pytest.raises(RuntimeError) as info:
+        compiler.compile(g)(x, w)
+    assert str(info.value) == str(expected.value)
+    assert "failed while attempting to run meta" not in capfd.readouterr().err
+
+
 # ---- interrupts -------------------------------------------------------------------------------
 
 

@@ -143,12 +143,11 @@ def _load(v: Load, env, results, buf: torch.Tensor, layout: Layout) -> torch.Ten
     addr = eval_index(static, env)
     for value, stride in dynamic:
         addr = addr + value * stride
+    if not buf.numel():  # read only in an empty iteration space: no value is observed
+        shape = addr.shape if v.mask is None else results[id(v.mask)].shape
+        return torch.zeros(torch.broadcast_shapes(addr.shape, shape), dtype=buf.dtype)
     n = max(layout.storage_size(), 1)
-    flat = (
-        buf.as_strided((n,), (1,), buf.storage_offset())
-        if buf.numel()
-        else torch.zeros(1, dtype=buf.dtype)
-    )
+    flat = buf.as_strided((n,), (1,), buf.storage_offset())
     if v.mask is not None:
         mask = results[id(v.mask)]
         addr = torch.where(mask, addr, torch.zeros_like(addr))

@@ -332,3 +332,17 @@ def test_in_place_update_of_a_row_of_an_expanded_input():
     )
     record = check_program(program)
     assert record.fallback and "single memory location" in record.fallback
+
+
+def test_reading_an_empty_input_in_an_empty_loop():
+    """Found by test_fuzz_cpp: the loop-IR interpreter indexed an empty buffer with addresses
+    that do not depend on the empty dimension (x @ w.t() for x of shape (0, 0, 8))."""
+    program = Program(
+        [
+            InputSpec("a2", (0, 0, 8), torch.float16, "expanded"),
+            InputSpec("a4", (4, 8), torch.float16, "expanded"),
+        ],
+        ["v5 = F.linear(a2, a4)", "v6 = 3 - v5"],
+        ["v6"],
+    )
+    assert check_program(program).fallback is None

@@ -128,7 +128,8 @@ class ProgramBuilder(Builder):
         return name
 
     def loop(self) -> str | None:
-        """An accumulation over `range(n)` (n constant or an argument) or over a list."""
+        """An accumulation over `range(n)` (n constant or an argument), a list, `enumerate`,
+        `zip`, or a `while` with a counter."""
         x = self.tensor(lambda t: t.dtype != torch.bool)
         if x is None:
             return None
@@ -138,28 +139,39 @@ class ProgramBuilder(Builder):
         ints = [
             k for k, v in self.scalars.items() if isinstance(v, int) and not isinstance(v, bool)
         ]
-        if self.coin(0.5):
-            count = self.choice(ints) if ints and self.coin() else str(self.choice((1, 2, 3)))
-            update = self.choice(
-                ("{a} * 0.5 + i", "{a} + i * {a}", "torch.sin({a}) + {a}", "{a} - i")
-            )
-            head = f"for i in range({count}):"
-        else:
-            others = self.tensors(lambda t: t.shape == self.values[acc].shape) or [acc]
-            items = ", ".join(self.choice(others) for _ in range(self.choice((1, 2, 3))))
-            update = self.choice(("{a} + t", "torch.maximum({a}, t)", "{a} * 0.5 - t"))
-            head = f"for t in [{items}]:"
+        others = self.tensors(lambda t: t.shape == self.values[acc].shape) or [acc]
+        items = ", ".join(self.choice(others) for _ in range(self.choice((1, 2, 3))))
+        count = self.choice(ints) if ints and self.coin() else str(self.choice((1, 2, 3)))
+        kind = self.choice(("range", "list", "enumerate", "zip", "while"))
+        head, update = {
+            "range": (
+                f"for i in range({count}):",
+                self.choice(("{a} * 0.5 + i", "{a} + i * {a}", "torch.sin({a}) + {a}", "{a} - i")),
+            ),
+            "list": (
+                f"for t in [{items}]:",
+                self.choice(("{a} + t", "torch.maximum({a}, t)", "{a} * 0.5 - t")),
+            ),
+            "enumerate": (f"for i, t in enumerate([{items}]):", "{a} + t * i"),
+            "zip": (f"for t, i in zip([{items}], range(1, 9)):", "{a} - t / i"),
+            "while": (f"i = 0\nwhile i < {count}:", "{a} * 0.5 + i; i += 1"),
+        }[kind]
         body = update.format(a=acc)
-        var = "i" if head.startswith("for i") else "t"
-        probe = re.sub(rf"\b{var}\b", "1" if var == "i" else acc, body)
+        probe = re.sub(r"\bt\b", acc, re.sub(r"\bi\b", "1", body.split(";")[0]))
         try:
             value = self.evaluate(probe)
         except Exception:
             return acc
         if not _same_kind(value, self.values[acc]):
             return acc
+        *before, head = head.split("\n")
+        for line in before:
+            self.line(line)
         self.line(head)
-        self.line(f"    {acc} = {body}")
+        first, *rest = body.split("; ")
+        self.line(f"    {acc} = {first}")
+        for statement in rest:
+            self.line(f"    {statement}")
         return acc
 
     def container(self) -> str | None:
@@ -253,7 +265,13 @@ class ProgramBuilder(Builder):
         x = self.tensor(lambda t: t.dim() >= 1)
         if x is None:
             return None
-        options = [f"{x}.shape[-1] * 2 + 1", f"{x}.size(0) - {x}.dim()", f"{x}.numel() // 2"]
+        options = [
+            f"{x}.shape[-1] * 2 + 1",
+            f"{x}.size(0) - {x}.dim()",
+            f"{x}.numel() // 2",
+            f"max({x}.shape) + len({x})",
+            f"sum(s for s in {x}.shape[1:]) - 1",
+        ]
         if self.values[x].numel() and self.values[x].dtype.is_floating_point:
             options.append(f"round({x}.sum().item(), 3)")
         s = self.assign(self.choice(options), [x])

@@ -20,9 +20,11 @@ Three passes:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
+import torch
 from torch.utils._pytree import tree_flatten
 
 from compiler.ir.index import Index, IndexError_, Var, make_vars
@@ -330,6 +332,8 @@ def _finish(
             )
         )
     steps, outer, red = _merge_dims(steps, outer, red, layouts)
+    if not red:  # every reduced dim has size 1: each reduction reads one element
+        steps = [_one_element(s) for s in steps]
     kind = "reduction" if g.axes else "pointwise"
     reads = tuple(dict.fromkeys(ld.buf for s in steps for ld in loads(s.value)))
     writes = tuple(s.name for s in steps if s.store is not None)
@@ -420,6 +424,14 @@ def _merge_dims(
         final[prefix] = new
     steps = _subs_steps(steps, mapping)
     return steps, final["x"], final["r"]
+
+
+def _one_element(step: Step) -> Step:
+    """A reduction over one element is that element, but argmax/argmin give its position:
+    0 (emitters run such a group as pointwise code, storing the step's value)."""
+    if step.reduction_type in ("argmax", "argmin"):
+        return dataclasses.replace(step, value=Constant(0, torch.int64))
+    return step
 
 
 def _subs_steps(steps: list[Step], mapping: dict[str, Index]) -> list[Step]:

@@ -346,3 +346,15 @@ def test_reading_an_empty_input_in_an_empty_loop():
         ["v6"],
     )
     assert check_program(program).fallback is None
+
+
+@pytest.mark.parametrize("emitter", ["cpp", "triton"])
+def test_argmax_over_one_element_is_its_position(emitter, monkeypatch):
+    """Found by test_fuzz_tracer_and_inductor: with every reduced dim of size 1 the group ran
+    as pointwise code storing the reduced value, so argmax/argmin returned the element
+    itself (cast to int64) instead of 0."""
+    if emitter == "triton":
+        monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    x = torch.randn(1, 1, 3)[..., 1::2] * 10
+    check(lambda a: (a.argmin(), a.argmax(0), torch.max(a, -1)[1], a.sum(-1)), x)
+    check(lambda a: (a.argmax(1), a.argmin(1, keepdim=True)), torch.randn(4, 1) * 10)

@@ -364,9 +364,14 @@ class Stats:
     def __init__(self) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
         self.warnings: collections.Counter[str] = collections.Counter()
+        self.examples: dict[str, str] = {}  # warning -> the first program that gave it
 
     def dump(self, name: str) -> None:
-        out = {**self.counts, "compiler warnings": dict(self.warnings.most_common())}
+        out = {
+            **self.counts,
+            "compiler warnings": dict(self.warnings.most_common()),
+            "warning examples": self.examples,
+        }
         path = REPO_ROOT / "test-output" / "fuzz" / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=2))
@@ -410,7 +415,9 @@ def check_program(
         if stats is not None:
             for w in caught:
                 if "compiler" in str(w.message) or "eagerly" in str(w.message):
-                    stats.warnings[str(w.message).splitlines()[0][:200]] += 1
+                    message = str(w.message).splitlines()[0][:200]
+                    stats.warnings[message] += 1
+                    stats.examples.setdefault(message, describe(program))
     if stats is not None:
         report = compiler.inspect(compiled)
         stats.counts["cases"] += 1

@@ -165,6 +165,9 @@ def binary(ctx: LoweringContext, node, a, b, **kwargs):
 @register_lowering(aten.add, aten.sub)
 def add_sub(ctx: LoweringContext, node, a, b, *, alpha: Any = 1):
     op = "add" if node.target.overloadpacket is aten.add else "sub"
+    if op == "sub" and any(isinstance(v, TensorValue) and v.dtype == torch.bool for v in (a, b)):
+        # Eager refuses to subtract a bool tensor, fake tensors do not: the aten call raises
+        return NotImplemented
     dtype = _compute_for(ctx)
     if alpha != 1:
         val = ctx.meta()

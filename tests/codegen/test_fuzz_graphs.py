@@ -358,3 +358,18 @@ def test_argmax_over_one_element_is_its_position(emitter, monkeypatch):
     x = torch.randn(1, 1, 3)[..., 1::2] * 10
     check(lambda a: (a.argmin(), a.argmax(0), torch.max(a, -1)[1], a.sum(-1)), x)
     check(lambda a: (a.argmax(1), a.argmin(1, keepdim=True)), torch.randn(4, 1) * 10)
+
+
+def test_subtracting_a_bool_tensor_raises_as_eager():
+    """Found by test_fuzz_tracer_and_inductor: eager refuses `float_tensor - bool_tensor`
+    (and `1 - bool_tensor`), fake tensors do not, so the compiled kernel computed a value."""
+    m = torch.tensor([True, False, True])
+    for fn in (lambda a, m: (a * 0.5 - m,), lambda a, m: (a + (1 - m),)):
+        gm = torch.fx.symbolic_trace(fn)
+        with pytest.raises(NotImplementedError) as expected:
+            gm(torch.randn(3), m)
+        compiled = compile_fx(gm, [torch.randn(3), m])
+        for _ in range(2):
+            with pytest.raises(NotImplementedError) as info:
+                compiled(torch.randn(3), m)
+            assert str(info.value) == str(expected.value)

@@ -382,6 +382,8 @@ def _index_exprs(steps: list[Step], layouts: dict[str, Layout]) -> list[Index]:
 
 
 def _mergeable(a: Var, b: Var, exprs: list[Index]) -> bool:
+    if b.size == 0:  # an empty loop runs nothing; merging would divide by its size
+        return False
     for e in exprs:
         ca, cb = e.coefficient(a), e.coefficient(b)
         if ca is None or cb is None or ca != cb * b.size:

@@ -373,3 +373,17 @@ def test_subtracting_a_bool_tensor_raises_as_eager():
             with pytest.raises(NotImplementedError) as info:
                 compiled(torch.randn(3), m)
             assert str(info.value) == str(expected.value)
+
+
+def test_an_empty_dimension_next_to_a_mergeable_one_compiles():
+    """Found by test_fuzz_cpp: merging loop dims divided by the size of an empty one
+    (IndexError_: floor division by 0), so the graph ran eagerly."""
+    program = Program(
+        [
+            InputSpec("a2", (0, 0, 8), torch.float16, "expanded"),
+            InputSpec("a4", (4, 8), torch.float16, "expanded"),
+        ],
+        ["v5 = F.linear(a2, a4)", "v6 = v5.sum()"],
+        ["v6", "v5"],
+    )
+    assert check_program(program).fallback is None

@@ -4,6 +4,7 @@ constants, put in the graph on tensors, or a graph break."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 import types
 from typing import TYPE_CHECKING, Any, Callable
@@ -119,6 +120,8 @@ def _len(tx: Tracer, v: Var) -> Var:
         raise Break("len() of an iterator")
     if isinstance(v, TensorVar):
         return ConstVar(len(v.fake))
+    if isinstance(v, ObjVar) and isinstance(v.value, types.MappingProxyType):
+        return ConstVar(len(v.value))  # a read-only view (a signature's parameters)
     if isinstance(v, ObjVar) and isinstance(v.value, torch.nn.Module) and v.source:
         tx.guards.length(v.source, v.value)
         return ConstVar(len(v.value))
@@ -137,7 +140,7 @@ def _python_type(v: Var) -> type:
     if isinstance(v, (ConstVar, ObjVar)):
         return type(v.value)
     if isinstance(v, ListVar):
-        return list
+        return v.cls
     if isinstance(v, TupleVar):
         return v.cls
     if isinstance(v, DictVar):
@@ -189,10 +192,14 @@ def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
         return hasattr(obj.value, name)
     if isinstance(obj, TensorVar):
         return hasattr(obj.fake, name)
+    unwound = tx.unwound
     try:
         load_attr(tx, obj, name)
         return True
-    except (Break, Raised):
+    except Raised as r:
+        if not issubclass(r.exc.cls, AttributeError):
+            raise
+        tx.unwound = unwound  # caught by hasattr, not by a handler
         return False
 
 
@@ -378,6 +385,19 @@ def _dataclass_fields(tx, args, kwargs):
         raise raise_python(e) from None
 
 
+def _signature(tx, args, kwargs):
+    """inspect.signature of a function: computed from its code and defaults, a constant."""
+    fn = args[0]
+    if isinstance(fn, MethodVar) and isinstance(fn.func, FunctionVar) and fn.func.fn is not None:
+        sig = inspect.signature(fn.func.fn)
+        return ConstVar(sig.replace(parameters=list(sig.parameters.values())[1:]))
+    if isinstance(fn, FunctionVar) and fn.fn is not None:
+        return ConstVar(inspect.signature(fn.fn))
+    if isinstance(fn, (ObjVar, ConstVar)) and callable(fn.value):
+        return ConstVar(inspect.signature(fn.value))
+    raise Break(f"inspect.signature of {describe(fn)}")
+
+
 def _is_dataclass(tx, args, kwargs):
     return ConstVar(dataclasses.is_dataclass(_class_of(args[0])))
 
@@ -417,6 +437,7 @@ SPECIAL: dict[Any, Callable] = {
     slice: _slice,
     dataclasses.fields: _dataclass_fields,
     dataclasses.is_dataclass: _is_dataclass,
+    inspect.signature: _signature,
     torch.inference_mode: lambda tx, a, k: (_ for _ in ()).throw(
         Break("torch.inference_mode runs in Python")
     ),

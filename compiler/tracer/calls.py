@@ -289,6 +289,8 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
         return dict_method(tx, obj, name, args, kwargs)
     if isinstance(obj, NewObjectVar):
         return objects.object_method(tx, obj, name, args, kwargs)
+    if isinstance(obj, ObjVar) and name in ("__getattribute__", "__setattr__", "__delattr__"):
+        return objects.real_object_method(tx, obj, name, args)
     if isinstance(obj, SetVar) and name in ("add", "discard") and is_python_constant(args[0]):
         present = [i for i in obj.items if as_python_constant(i) != as_python_constant(args[0])]
         obj.items[:] = present + ([args[0]] if name == "add" else [])

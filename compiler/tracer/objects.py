@@ -101,8 +101,8 @@ def is_plain_class(cls: type) -> bool:
         return False  # a metaclass that changes how instances are made
     if is_skipped_module(cls.__module__):
         return False
-    if any("__slots__" in k.__dict__ for k in cls.__mro__ if k not in _BUILTIN_BASES):
-        return False
+    if any(k.__dict__.get("__slots__", ()) for k in cls.__mro__ if k not in _BUILTIN_BASES):
+        return False  # slots hold state outside the __dict__ (ABCs declare empty ones)
     if any(k not in _BUILTIN_BASES and k.__module__ == "builtins" for k in cls.__mro__):
         return False
     return all(k in _BUILTIN_BASES or "__new__" not in k.__dict__ for k in cls.__mro__) and not issubclass(
@@ -234,16 +234,32 @@ class AttrWrites:
 
 
 def writable(obj: ObjVar, name: str) -> bool:
-    """A real object whose attribute `name` the trace may write: a plain instance (object's
-    __setattr__ and __delattr__, no descriptor for the name) read from a source."""
+    """A real object whose attribute `name` object.__setattr__ may write in the trace: an
+    instance with a __dict__, read from a source, no descriptor of its class for the name,
+    and no __setattr__ / __delattr__ written in C (those written in Python are inlined)."""
     cls = type(obj.value)
     if obj.source is None or isinstance(obj.value, (type, types.ModuleType, torch.nn.Module)):
         return False
-    if cls.__setattr__ is not object.__setattr__ or cls.__delattr__ is not object.__delattr__:
-        return False
+    for slot in ("__setattr__", "__delattr__"):
+        if getattr(cls, slot) is not getattr(object, slot) and python_method(cls, slot) is None:
+            return False
     if not isinstance(getattr(obj.value, "__dict__", None), dict):
         return False
     return not hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+
+
+def real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> Var:
+    """object's own attribute methods on a real object, reached through super() from the
+    ones its class writes in Python (a config's __getattribute__ and __setattr__)."""
+    from compiler.tracer.operations import object_getattribute
+
+    key = _const_name(args[0]) if args else ""
+    if name == "__getattribute__" and len(args) == 1:
+        return object_getattribute(tx, obj, key)
+    if name in ("__setattr__", "__delattr__") and writable(obj, key):
+        write_attr(tx, obj, key, args[1] if name == "__setattr__" and len(args) == 2 else None)
+        return ConstVar(None)
+    raise Break(f"object.{name} on a {type(obj.value).__name__} runs in Python")
 
 
 def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:

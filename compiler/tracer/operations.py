@@ -75,9 +75,6 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
             return module_attr(tx, obj, name)
         if isinstance(value, types.ModuleType):
             return _module_member(tx, obj, name)
-        written = objects.written_attr(tx, obj, name)
-        if objects.found(written):
-            return written
         return _object_attr(tx, obj, name)
     if isinstance(obj, ConstVar):
         try:
@@ -223,16 +220,45 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
         if isinstance(attr, types.FunctionType):
             return FunctionVar(fn=attr)
         return _attr_value(tx, getattr(value, name), obj.source, name)
+    # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
+    # is inlined), then __getattr__ where that raised AttributeError.
+    getattribute = objects.python_method(type(value), "__getattribute__")
+    getattr_fn = objects.python_method(type(value), "__getattr__")
+    from compiler.tracer.calls import call
+
+    unwound = tx.unwound
     try:
-        attr = inspect.getattr_static(value, name)
-    except AttributeError:
-        raise Break(f"{type(value).__name__} object has no attribute {name!r}") from None
+        if getattribute is not None:
+            return call(tx, FunctionVar(fn=getattribute), [obj, ConstVar(name)], {})
+        return object_getattribute(tx, obj, name)
+    except Raised as r:
+        if getattr_fn is None or not issubclass(r.exc.cls, AttributeError):
+            raise
+        tx.unwound = unwound  # caught here, as Python's attribute lookup does, not by a handler
+    return call(tx, FunctionVar(fn=getattr_fn), [obj, ConstVar(name)], {})
+
+
+def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
+    """object.__getattribute__ on a real object: what the trace wrote to it, data descriptors
+    of its class, its instance attributes, then its class's other attributes."""
+    value = obj.value
+    written = objects.written_attr(tx, obj, name)
+    if objects.found(written):
+        return written
+    cls = type(value)
+    class_attr = inspect.getattr_static(cls, name, _MISSING)
     instance_dict = getattr(value, "__dict__", None)
-    if isinstance(instance_dict, dict) and name in instance_dict:
+    data_descriptor = hasattr(type(class_attr), "__set__")
+    if not data_descriptor and isinstance(instance_dict, dict) and name in instance_dict:
         return _attr_value(tx, instance_dict[name], obj.source, name)
-    if isinstance(value, (types.MethodType, types.BuiltinMethodType)) or not hasattr(type(value), "__dict__"):
+    if class_attr is _MISSING:
+        if cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__"):
+            message = f"'{cls.__name__}' object has no attribute '{name}'"
+            raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
+        raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
         raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
-    return _class_attr(tx, obj, type(value), name, attr)
+    return _class_attr(tx, obj, cls, name, class_attr)
 
 
 def _super_attr(tx: Tracer, sup: SuperVar, name: str) -> Var:
@@ -247,7 +273,7 @@ def _super_attr(tx: Tracer, sup: SuperVar, name: str) -> Var:
                 from compiler.tracer.calls import call
 
                 return call(tx, FunctionVar(fn=attr.fget), [sup.obj], {})
-            if klass in objects.MAPPING_BASES + (object,) and isinstance(sup.obj, (NewObjectVar, DictVar)):
+            if klass in objects.MAPPING_BASES + (object,) and isinstance(sup.obj, (NewObjectVar, DictVar, ObjVar)):
                 return AttrCallVar(sup.obj, name)  # object's or dict's own method
             break
     raise Break(f"super().{name} is not traced")
@@ -256,6 +282,8 @@ def _super_attr(tx: Tracer, sup: SuperVar, name: str) -> Var:
 def delete_attr(tx: Tracer, obj: Var, name: str) -> None:
     if isinstance(obj, NewObjectVar):
         objects.delete_new_object_attr(tx, obj, name)
+        return
+    if isinstance(obj, ObjVar) and objects.found(objects.call_dunder(tx, obj, "__delattr__", [ConstVar(name)])):
         return
     if isinstance(obj, ObjVar) and objects.writable(obj, name):
         objects.write_attr(tx, obj, name, None)
@@ -267,9 +295,12 @@ def store_attr(tx: Tracer, obj: Var, name: str, value: Var) -> None:
     if isinstance(obj, NewObjectVar):
         objects.store_new_object_attr(tx, obj, name, value)
         return
-    if isinstance(obj, ObjVar) and objects.writable(obj, name):
-        objects.write_attr(tx, obj, name, value)
-        return
+    if isinstance(obj, ObjVar) and not isinstance(obj.value, torch.nn.Module):
+        if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
+            return
+        if objects.writable(obj, name):
+            objects.write_attr(tx, obj, name, value)
+            return
     if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module) and isinstance(value, TensorVar):
         current = module_attr(tx, obj, name) if hasattr(obj.value, name) else None
         if isinstance(current, TensorVar) and current.fake is value.fake:
@@ -304,10 +335,23 @@ def getitem(tx: Tracer, obj: Var, index: Var) -> Var:
             raise raise_python(e) from None
     if isinstance(obj, ObjVar) and isinstance(obj.value, _CONTAINERS):
         key = _const_index(index)
-        if isinstance(key, slice) or obj.source is None:
-            raise Break("slicing a module container")
+        if obj.source is None:
+            raise Break("indexing a module container built during tracing")
+        if isinstance(key, slice):
+            return _module_list_slice(tx, obj, key)
         return wrap(tx, obj.value[key], f"{obj.source}[{key!r}]")
     return _mapping_op(tx, obj, "__getitem__", [index], f"indexing {describe(obj)}")
+
+
+def _module_list_slice(tx: Tracer, obj: ObjVar, key: slice) -> Var:
+    """`layers[:n]`: a new ModuleList of the same modules, each read from its own source."""
+    container = obj.value
+    if type(container) is not torch.nn.ModuleList:
+        raise Break(f"slicing a {type(container).__name__}")
+    tx.guards.length(obj.source, container)
+    indices = range(len(container))[key]
+    items = [wrap(tx, container[i], f"{obj.source}[{i}]") for i in indices]
+    return ListVar(items, cls=torch.nn.ModuleList)
 
 
 def _mapping_op(tx: Tracer, obj: Var, name: str, args: list[Var], what: str) -> Var:
@@ -400,7 +444,20 @@ def as_dict(tx: Tracer, v: Var) -> DictVar:
 # ---- operators ----------------------------------------------------------------------------------
 
 
+# `a op= b` on an immutable `a` (a Python number) computes `a op b`: Python finds no in-place
+# method and falls back, so the result is a new value (a tensor, when b is one).
+_INPLACE_FALLBACK = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}  # fmt: skip
+
+
 def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
+    if isinstance(a, ConstVar) and op in _INPLACE_FALLBACK:
+        op = _INPLACE_FALLBACK[op]
     if isinstance(a, TensorVar) or isinstance(b, TensorVar):
         if not all(isinstance(x, TensorVar) or is_python_constant(x) for x in (a, b)):
             raise Break(f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}")

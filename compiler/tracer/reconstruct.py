@@ -102,7 +102,8 @@ class Emitter:
         if isinstance(v, ObjVar):
             return self.ref(v.value, "obj")
         if isinstance(v, ListVar):
-            return "[" + ", ".join(self.expr(i) for i in v.items) + "]"
+            items = "[" + ", ".join(self.expr(i) for i in v.items) + "]"
+            return items if v.cls is list else f"{self.ref(v.cls, 'cls')}({items})"
         if isinstance(v, TupleVar):
             inner = ", ".join(self.expr(i) for i in v.items)
             if v.cls is tuple:

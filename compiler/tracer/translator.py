@@ -11,6 +11,7 @@ from __future__ import annotations
 import dis
 import operator
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,9 +43,10 @@ from compiler.tracer.variables import (
     as_python_constant,
     is_python_constant,
 )
-from compiler.tracer.wrap import wrap
+from compiler.tracer.wrap import wrap, wrap_unguarded
 
 MAX_INSTRUCTIONS = 500_000
+_STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
 MAX_INLINE_DEPTH = 32
 
 BINARY_OPS: dict[str, Callable] = {
@@ -165,9 +167,14 @@ class Tracer(ExceptionOpcodes):
                 value = cell.cell.cell_contents
             except ValueError:
                 raise Break(f"free variable {cell.name!r} referenced before assignment") from None
-            if cell.source is None:
+            if cell.source is not None:
+                cell.contents = wrap(self, value, cell.source)
+            elif isinstance(value, _STABLE_CELL_TYPES):
+                # The cell of a function reached without a source (a method found on a class):
+                # cells holding code (`__class__`, a decorated function) are set once.
+                cell.contents = wrap_unguarded(value)
+            else:
                 raise Break(f"closure variable {cell.name!r} has no source to guard")
-            cell.contents = wrap(self, value, cell.source)
         return cell.contents
 
     # ---- the run loop -------------------------------------------------------------------------

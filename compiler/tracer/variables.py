@@ -54,6 +54,7 @@ class ListVar(Var):
     items: list[Var]
     source: str | None = None  # set when the list exists outside the trace
     mutated: bool = False  # an outside list changed during the trace: replayed after the graph
+    cls: type = list  # list, or torch.nn.ModuleList for a slice of one (made from a list)
 
 
 @dataclass(eq=False)

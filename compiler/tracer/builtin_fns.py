@@ -68,9 +68,15 @@ def is_pure_builtin(fn: Any) -> bool:
     )
 
 
+# Builtins that take one iterable and read its items.
+_ITERATING = {sum, max, min, all, any, sorted, frozenset}
+
+
 def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Compute a pure function of constants now; with tensors, record it as a graph op."""
     args = [ListVar(a.items[a.index :]) if isinstance(a, IteratorVar) else a for a in args]
+    if fn in _ITERATING and len(args) == 1 and not is_python_constant(args[0]):
+        args = [ListVar(unpack_iterable(tx, args[0]))]  # its items, through its own __iter__
     if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
         if fn in (abs, pow) or getattr(fn, "__module__", None) in ("operator", "_operator"):
             return tx.builder.call("call_function", fn, args, kwargs)

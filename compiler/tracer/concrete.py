@@ -19,7 +19,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from compiler.tracer.bytecode import PY312, Code, Instr
+from compiler.tracer.bytecode import PY312, Code, Handler, Instr
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.translator import BINARY_OPS, COMPARE_OPS
 
@@ -35,13 +35,11 @@ class RealFrame:
     kw_names: tuple | None = None
     fn_name: str = ""
     # Exception handling: the exception the running handler handles (None when none runs),
-    # how many handlers run (PUSH_EXC_INFO not yet matched by POP_EXCEPT), whether an
-    # exception is being handled at all (from its dispatch until its last POP_EXCEPT), and
-    # the instruction a RERAISE reports the exception from.
+    # how many handlers run (PUSH_EXC_INFO not yet matched by POP_EXCEPT), and whether an
+    # exception is being handled at all (from its dispatch until its last POP_EXCEPT).
     handled: BaseException | None = None
     handling: int = 0
     unwinding: bool = False
-    lasti: int | None = None
 
     def values(self) -> dict[str, Any]:
         """`L` for guards and sources: locals, cell contents and stack slots by name."""
@@ -80,25 +78,22 @@ def step(frame: RealFrame, ins: Instr, call_real: CallReal) -> None:
     except Returned:
         raise
     except BaseException as e:
-        if not _unwind(frame, ins, e):
-            at = frame.code.instructions[frame.lasti] if frame.lasti is not None else ins
-            _raise_at_user_line(e, frame, at)
+        handler = frame.code.handlers[ins.index]
+        if handler is None:
+            _raise_at_user_line(e, frame, ins)
+        _note_user_line(e, frame, ins)
+        _unwind(frame, handler, ins, e)
 
 
-def _unwind(frame: RealFrame, ins: Instr, exc: BaseException) -> bool:
-    """Send `exc`, raised by `ins`, to its handler in the exception table; False if none."""
-    handler = frame.code.handlers[ins.index]
-    if handler is None:
-        return False
+def _unwind(frame: RealFrame, handler: Handler, ins: Instr, exc: BaseException) -> None:
+    """Send `exc`, raised by `ins`, to its handler in the exception table."""
     del frame.stack[handler.depth :]
     if handler.lasti:
         frame.stack.append(ins.index)  # an instruction index: RERAISE reports its line
     frame.stack.append(exc)
     frame.pc = handler.target
     frame.kw_names = None
-    frame.lasti = None
     frame.unwinding = True
-    return True
 
 
 def _while_handling(exc: BaseException, handler: Callable, *args: Any) -> None:
@@ -114,15 +109,30 @@ def _while_handling(exc: BaseException, handler: Callable, *args: Any) -> None:
         handler(*args)
 
 
-def _raise_at_user_line(exc: Exception, frame: RealFrame, ins: Instr) -> None:
+def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> None:
     """Re-raise `exc` from a frame that carries the user's file, line and function name, so the
-    traceback points at the user's line as it does in eager."""
-    if getattr(exc, "_compiler_user_frame", None) == (frame.code.code, ins.lineno) or not ins.lineno:
+    traceback points at the user's line as it does in eager: once per frame, at the line that
+    raised it first (a `finally` or `except` that re-raises it adds no line, as in eager)."""
+    marked = getattr(exc, "_compiler_user_frames", None)
+    if marked is None:
+        marked = []
+        if hasattr(exc, "__dict__"):  # not an exception class with __slots__
+            exc._compiler_user_frames = marked
+    if not ins.lineno or not hasattr(exc, "__dict__") or any(f is frame for f in marked):
         raise exc
-    exc._compiler_user_frame = (frame.code.code, ins.lineno)
+    marked.append(frame)
     code = compile("\n" * (ins.lineno - 1) + "raise ___exc", frame.code.code.co_filename, "exec")
     code = code.replace(co_name=frame.fn_name or frame.code.code.co_name)
     exec(code, {"___exc": exc})
+
+
+def _note_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> None:
+    """Add this frame's line to the traceback of `exc`, which a handler of the frame catches."""
+    try:
+        _raise_at_user_line(exc, frame, ins)
+    except BaseException as raised:
+        if raised is not exc:
+            raise
 
 
 def _builtins(frame: RealFrame) -> dict:
@@ -323,8 +333,8 @@ def _pop_except(f, ins, call_real):
     # The last handler's previous exception is the caller's (or none), which is what
     # sys.exc_info() reports without our help.
     f.handled = previous if f.handling else None
-    if f.handling == 0:
-        f.unwinding = False
+    if f.handling == 0 and f.code.instructions[f.pc].opname != "RERAISE":
+        f.unwinding = False  # handled (a cleanup block restores the state, then re-raises)
 
 
 def _check_exc_match(f, ins, call_real):
@@ -336,10 +346,7 @@ def _check_exc_match(f, ins, call_real):
 
 
 def _reraise(f, ins, call_real):
-    exc = f.stack.pop()
-    if ins.arg:
-        f.lasti = f.stack[-ins.arg]
-    raise exc
+    raise f.stack.pop()  # its traceback has the line it was first raised at (its argument's)
 
 
 def _with_except_start(f, ins, call_real):

@@ -105,9 +105,9 @@ def is_plain_class(cls: type) -> bool:
         return False  # slots hold state outside the __dict__ (ABCs declare empty ones)
     if any(k not in _BUILTIN_BASES and k.__module__ == "builtins" for k in cls.__mro__):
         return False
-    return all(k in _BUILTIN_BASES or "__new__" not in k.__dict__ for k in cls.__mro__) and not issubclass(
-        cls, (BaseException, torch.nn.Module, torch.Tensor)
-    )
+    return all(
+        k in _BUILTIN_BASES or "__new__" not in k.__dict__ for k in cls.__mro__
+    ) and not issubclass(cls, (BaseException, torch.nn.Module, torch.Tensor))
 
 
 def new_instance(cls: type) -> NewObjectVar:
@@ -134,7 +134,9 @@ def new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> Var:
     if getattr_fn is not None:
         return _call_fn(tx, getattr_fn, [obj, ConstVar(name)], name)
     raise Raised(
-        ExceptionVar(AttributeError, [ConstVar(f"'{cls.__name__}' object has no attribute '{name}'")])
+        ExceptionVar(
+            AttributeError, [ConstVar(f"'{cls.__name__}' object has no attribute '{name}'")]
+        )
     )
 
 
@@ -150,7 +152,11 @@ def _class_member(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
     if isinstance(attr, types.FunctionType):
         return MethodVar(FunctionVar(fn=attr), obj)
     if isinstance(attr, staticmethod):
-        return FunctionVar(fn=attr.__func__) if isinstance(attr.__func__, types.FunctionType) else ObjVar(attr.__func__)
+        return (
+            FunctionVar(fn=attr.__func__)
+            if isinstance(attr.__func__, types.FunctionType)
+            else ObjVar(attr.__func__)
+        )
     if isinstance(attr, classmethod):
         return MethodVar(FunctionVar(fn=attr.__func__), ObjVar(cls))
     owner = next(k for k in cls.__mro__ if name in k.__dict__)
@@ -190,7 +196,9 @@ def delete_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> None:
     del obj.fields[name]
 
 
-def object_method(tx: Tracer, obj: NewObjectVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+def object_method(
+    tx: Tracer, obj: NewObjectVar, name: str, args: list[Var], kwargs: dict[str, Var]
+) -> Var:
     """A builtin method of object or of the mapping base, on an instance built in the trace
     (reached through super() or because the class keeps the builtin one)."""
     if name == "__setattr__" and len(args) == 2:
@@ -272,7 +280,8 @@ def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
     if value is None:
         raise Raised(
             ExceptionVar(
-                AttributeError, [ConstVar(f"'{type(obj.value).__name__}' object has no attribute '{name}'")]
+                AttributeError,
+                [ConstVar(f"'{type(obj.value).__name__}' object has no attribute '{name}'")],
             )
         )
     return value

@@ -225,8 +225,8 @@ def side_effects(em: Emitter, values: list[Var], attr_writes: list[AttrWrites]) 
         visit(v)
     for writes in attr_writes:
         for name, value in writes.values.items():
-            if value is None:
-                lines.append(f"    delattr({writes.obj.source}, {name!r})")
+            if value is None:  # deleted after the trace wrote it: absent, as it was or not
+                lines.append(f"    vars({writes.obj.source}).pop({name!r}, None)")
             else:
                 visit(value)
                 lines.append(f"    {writes.obj.source}.{name} = {em.expr(value)}")

@@ -30,6 +30,7 @@ from compiler.tracer.variables import (
     CellVar,
     ConstVar,
     DictVar,
+    ExceptionVar,
     FunctionVar,
     IteratorVar,
     ListVar,
@@ -535,6 +536,12 @@ class Tracer(ExceptionOpcodes):
             self.push(frame, TupleVar(list(v.items)))
         elif kind == "INTRINSIC_UNARY_POSITIVE":
             self.push(frame, ops.unary(self, operator.pos, v))
+        elif kind == "INTRINSIC_STOPITERATION_ERROR" and isinstance(v, ExceptionVar):
+            # 3.12 generators: a StopIteration leaving the body becomes a RuntimeError (PEP 479)
+            if issubclass(v.cls, StopIteration):
+                message = "generator raised StopIteration"
+                v = ExceptionVar(RuntimeError, [ConstVar(message)], cause=v)
+            self.push(frame, v)
         else:
             raise Break(f"CALL_INTRINSIC_1 {kind} is not supported")
 

@@ -35,7 +35,7 @@ from compiler.tracer.bytecode import Code, decode
 from compiler.tracer.calls import is_skipped, is_torch_function
 from compiler.tracer.concrete import RealFrame, Returned
 from compiler.tracer.graph_builder import is_node_impure
-from compiler.tracer.guards import CompiledGuards, compile_guards
+from compiler.tracer.guards import CompiledGuards, compile_guards, concise
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult
 from compiler.tracer.variables import tensor_vars
@@ -328,7 +328,7 @@ def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: d
     except Exception as e:
         if config.fullgraph or _strict():
             raise
-        msg = f"{record.qualname}: the compiler failed ({type(e).__name__}: {e}); this frame runs eagerly"
+        msg = f"{record.qualname}: the compiler failed ({type(e).__name__}: {concise(str(e))}); this frame runs eagerly"
         record.warnings.append(msg)
         warnings.warn(msg, CompilerWarning, stacklevel=4)
         if pc == state.code.start and not frame.stack:
@@ -462,8 +462,10 @@ def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: 
     except Exception as e:
         if config.fullgraph or _strict():
             raise
+        # the record keeps the whole error for the inspector; the warning is one line
         record.fallback = f"backend {config.backend_name!r} failed ({type(e).__name__}: {e}); the graph runs eagerly"
-        warnings.warn(record.fallback, CompilerWarning, stacklevel=6)
+        short = f"backend {config.backend_name!r} failed ({type(e).__name__}: {concise(str(e))}); the graph runs eagerly"
+        warnings.warn(short, CompilerWarning, stacklevel=6)
         compiled = gm.forward
     record.stage_times.append(records.StageTime("backend", time.perf_counter() - start))
     return compiled

@@ -99,8 +99,8 @@ def is_plain_class(cls: type) -> bool:
         return False
     if any("__call__" in k.__dict__ for k in meta.__mro__ if k not in (type, object)):
         return False  # a metaclass that changes how instances are made
-    if is_skipped_module(cls.__module__):
-        return False
+    if is_skipped_module(cls.__module__) or getattr(cls, "__abstractmethods__", None):
+        return False  # library classes; abstract ones raise when instantiated
     if any(k.__dict__.get("__slots__", ()) for k in cls.__mro__ if k not in _BUILTIN_BASES):
         return False  # slots hold state outside the __dict__ (ABCs declare empty ones)
     if any(k not in _BUILTIN_BASES and k.__module__ == "builtins" for k in cls.__mro__):

@@ -245,6 +245,8 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
     written = objects.written_attr(tx, obj, name)
     if objects.found(written):
         return written
+    if name == "__dict__" and id(value) in tx.attr_writes:
+        raise Break("reading __dict__ of an object whose attributes the trace wrote")
     cls = type(value)
     class_attr = inspect.getattr_static(cls, name, _MISSING)
     instance_dict = getattr(value, "__dict__", None)

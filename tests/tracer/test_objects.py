@@ -144,7 +144,7 @@ def getattribute_written_in_python(x):
 @case(T(3), graphs=1, breaks=0)
 def setattr_written_in_python_is_replayed(x):
     CONFIG.layers = 7
-    return x * CONFIG.num_layers, CONFIG.__dict__["num_layers"]
+    return x * CONFIG.num_layers, CONFIG.layers
 
 
 class Lazy:

@@ -122,6 +122,11 @@ def disabled_mark(fn: Any) -> Mark | None:
     return mark if mark is not None and mark.kind == "disable" else None
 
 
+def is_disabled(fn: Any) -> bool:
+    """`fn` is a function made by `disable` (for tools deciding what to compile)."""
+    return disabled_mark(fn) is not None
+
+
 # ---- what goes into the graph ---------------------------------------------------------------
 
 

@@ -231,7 +231,9 @@ def _value_expr(kind: str, source: str, expr: str) -> str:
     for prop in (".dtype", ".device", ".shape", ".stride()", ".requires_grad"):
         if expr.startswith(source + prop):
             return source + prop
-    if kind == "SHAPE_ENV" or expr.startswith((f"{source}.size(", f"{source}.dim()")):
+    if kind == "SHAPE_ENV":  # over a tensor's sizes, or a symbolic int
+        return f"getattr({source}, 'shape', {source})"
+    if expr.startswith((f"{source}.size(", f"{source}.dim()")):
         return f"{source}.shape"
     if expr.startswith("len("):
         return f"len({source})"

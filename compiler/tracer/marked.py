@@ -78,7 +78,7 @@ def _constant(tx: Tracer, mark: Mark, args: list[Var], kwargs: dict[str, Var]) -
     except TypeError:
         raise Break(
             f"{mark.name}() is marked with compiler.assume_constant_result, but it is called "
-            "with values that are not constants; the call runs in Python"
+            "with values that are not constants; the call is made for real"
         ) from None
     result = _memo(tx, mark.fn, values, kw)
     if _holds_tensor(result):

@@ -25,6 +25,10 @@ size (`if x.shape[0] > 4`, `range(n)`) makes the ShapeEnv record the condition i
     L['x'].size(0) >= 2              sizes 0 and 1 are specialised
     L['x'].size(0) > 4               a condition the trace relied on (with its user line)
 
+Python ints read from the frame follow the same rules (with `dynamic=True`, or once their
+value changed between compiles, as torch.compile's automatic dynamic does for ints): an int
+local that a graph break hands to the next entry does not recompile that entry per value.
+
 A size a graph op uses (`x.view(n, -1)`, `x * n`) is a graph input: one placeholder per
 symbol (`s42`), fetched from its tensor when the entry runs, with arithmetic on sizes as
 operator nodes over it. Backends get the concrete sizes among their example inputs, as
@@ -34,6 +38,8 @@ graph break) is computed from the input sizes when the entry runs.
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
 import re
 from dataclasses import dataclass, field
@@ -135,6 +141,28 @@ class DynamicPolicy:
                     )
         return dims
 
+    def int_dynamic(self, value: int, source: str) -> str | None:
+        """Why the Python int read from `source` is traced as a symbol, or None to specialise
+        on its value: with dynamic=True, or once it changed between compiles (an int local
+        that a graph break hands on, a size passed as an argument). Ints read as an object's
+        attribute (a module's hyperparameters) stay constants."""
+        key = f"int {source}"
+        self.observed[key] = (value,)
+        if "." in _QUOTED.sub("", source):
+            return None
+        if self.dynamic is True:
+            return "dynamic=True"
+        prior = self.seen.get(key)
+        if self.dynamic is None and self.automatic and prior is not None:
+            if prior[0] is None:
+                return "its value changed between earlier compiles (automatic dynamic)"
+            if prior[0] != value:
+                return (
+                    f"its value changed from {prior[0]} to {value} since the last compile "
+                    "(automatic dynamic, dynamic=None)"
+                )
+        return None
+
     def remember(self) -> None:
         """Fold this compile's sizes into what the next compile compares with."""
         for source, shape in self.observed.items():
@@ -156,19 +184,21 @@ class _Source(Source):
 
     text: str
 
-    def name(self) -> str:
+    @property
+    def _name_template(self) -> str:
         return self.text
 
+    @functools.cached_property
     def guard_source(self) -> GuardSource:
         return GuardSource.LOCAL
 
 
 @dataclass
 class _Symbol:
-    tensor: str  # the source of the input it belongs to, "L['x']"
+    tensor: str  # the source of the input it belongs to, "L['x']" (an int's own source)
     text: str  # how to read it, "L['x'].size(0)"
     value: torch.SymInt
-    kind: str  # "size", "stride" or "offset"
+    kind: str  # "size", "stride", "offset" or "int"
     line: SourceLine | None
     others: list[str] = field(default_factory=list)  # other places with the same symbol
 
@@ -194,7 +224,15 @@ class _Printer(PythonPrinter):
 
 
 # Size arithmetic as graph nodes, by sympy function.
+_UNARY_OPS: dict[type, Callable] = {
+    symfn.ToFloat: torch.sym_float,
+    symfn.TruncToInt: torch.sym_int,
+    symfn.FloorToInt: math.floor,
+    symfn.CeilToInt: math.ceil,
+}
 _BINARY_OPS: dict[type, Callable] = {
+    sympy.Pow: operator.pow,
+    symfn.FloatPow: operator.pow,
     symfn.FloorDiv: operator.floordiv,
     symfn.PythonMod: operator.mod,
     symfn.Mod: operator.mod,
@@ -256,6 +294,24 @@ class Shapes:
             )
         return fake, True
 
+    def int_input(self, value: int, source: str, line: SourceLine | None) -> torch.SymInt | None:
+        """A symbolic int for a Python int input the policy makes dynamic, else None."""
+        why = self.policy.int_dynamic(value, source) if self.policy is not None else None
+        if why is None:
+            return None
+        sym = self.env.create_unspecified_symint_and_symbol(
+            value, _Source(source), DimDynamic.DYNAMIC
+        )
+        if not isinstance(sym, torch.SymInt):
+            return None
+        self._symbol(sym, source, source, "int", line)
+        self.controls.append(
+            ControlRecord(
+                "dynamic", source, f"traced as the symbol {sym} ({value} in this call): {why}", line
+            )
+        )
+        return sym
+
     def _symbol(
         self, value: Any, tensor: str, text: str, kind: str, line: SourceLine | None
     ) -> None:
@@ -314,6 +370,10 @@ class Shapes:
     def finish(self, guards: GuardSet) -> list[str]:
         """Add the guards the symbolic sizes need; returns warnings for dims the user marked
         dynamic that the trace had to specialise."""
+        # printed size expressions may call torch.sym_float, math.floor, ...: the guard,
+        # fetch and rebuild functions all run in this namespace
+        guards.namespace.setdefault("torch", torch)
+        guards.namespace.setdefault("math", math)
         for expr, sym in self.symbols.items():
             for other in sym.others:
                 guards.add(
@@ -351,8 +411,9 @@ class Shapes:
                 value = self.env.replace(size.node.expr) if isinstance(size, torch.SymInt) else size
                 if not getattr(value, "is_number", True):
                     continue
+                marked = "marked dynamic" if d in inp.strict else f"dynamic ({inp.dims[d]})"
                 msg = (
-                    f"{inp.source}.size({d}) was marked dynamic, but the trace specialised it to "
+                    f"{inp.source}.size({d}) was {marked}, but the trace specialised it to "
                     f"{int(value)} (a guard or an op needed its value)"
                 )
                 self.controls.append(ControlRecord("dynamic", f"{inp.source}.size({d})", msg))
@@ -418,6 +479,11 @@ class Shapes:
                 value = op(value, arg_value)
                 node = new_node(op, (node, arg), value)
             out = (node, value)
+        elif type(expr) in _UNARY_OPS and len(expr.args) == 1:
+            op = _UNARY_OPS[type(expr)]
+            a, av = self._node(expr.args[0], new_input, new_node)
+            value = op(av)
+            out = (new_node(op, (a,), value), value)
         elif type(expr) in _BINARY_OPS and len(expr.args) == 2:
             op = _BINARY_OPS[type(expr)]
             (a, av), (b, bv) = (self._node(x, new_input, new_node) for x in expr.args)

@@ -40,6 +40,10 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             return ObjVar(value, source)
         return tx.builder.add_input(value, source)
     if isinstance(value, CONSTANT_TYPES):
+        symbolic = tx.builder.shapes.int_input(value, source, line) if type(value) is int else None
+        if symbolic is not None:
+            guards.type_of(source, value, line)
+            return ConstVar(symbolic, source)
         guards.constant(source, value, line)
         return ConstVar(value, source)
     if isinstance(value, _TORCH_CONSTANTS):

@@ -39,6 +39,7 @@ graph break) is computed from the input sizes when the entry runs.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import operator
 import re
@@ -178,19 +179,36 @@ class DynamicPolicy:
 # ---- the symbols of one trace ---------------------------------------------------------------
 
 
+# torch 2.14 reads a Source's name and guard source as properties; older releases (the GPU
+# machine's 2.11) call them as methods.
+_PROPERTIES = isinstance(
+    inspect.getattr_static(Source, "name"), (property, functools.cached_property)
+)
+
+
 @dataclass(frozen=True)
 class _Source(Source):
     """The ShapeEnv names a symbol after where it came from; ours are the tracer's sources."""
 
     text: str
 
-    @property
-    def _name_template(self) -> str:
-        return self.text
+    if _PROPERTIES:
 
-    @functools.cached_property
-    def guard_source(self) -> GuardSource:
-        return GuardSource.LOCAL
+        @property
+        def _name_template(self) -> str:
+            return self.text
+
+        @functools.cached_property
+        def guard_source(self) -> GuardSource:
+            return GuardSource.LOCAL
+
+    else:
+
+        def name(self) -> str:
+            return self.text
+
+        def guard_source(self) -> GuardSource:
+            return GuardSource.LOCAL
 
 
 @dataclass
@@ -437,7 +455,9 @@ class Shapes:
             if type(value) is not tuple:
                 return f"{ref(type(value), 'cls')}({items})"
             return f"({items}{',' if len(value) == 1 else ''})"
-        if type(value) in (int, float, bool, str) or value is None:
+        if type(value) in (int, bool, str) or value is None:
+            return repr(value)
+        if type(value) is float and math.isfinite(value):
             return repr(value)
         return ref(value, "c")
 

@@ -102,6 +102,74 @@ for label, fn in (("dynamic=False", static_norm), ("dynamic=True", dynamic_norm)
         print("   ", entry.recompile_reason or "first compile")
 """),
     md("""
+## Steering the compiler: `disable` and `mark_dynamic`
+
+Code written for `torch.compile` steers it with `torch.compiler`'s controls; ours have the same
+names. `compiler.disable` keeps a function out of the compiled code: reached from a compiled
+function, the graph breaks around its call, the call runs eagerly, and nothing it calls is
+compiled. Here it wraps a helper that reads tensor values into Python (`.item()`), which would
+break the graph anyway; disabled, the break is one you chose, and the records say so.
+
+`compiler.mark_dynamic(x, 0)` asks for dimension 0 of `x` to be a symbol from the first
+compile, instead of waiting for a size change (the default, `dynamic=None`, specialises the
+first call and makes a dimension symbolic when a recompile finds its size changed). One entry
+then serves every batch size: its guards check size expressions, and the code generator,
+which works on concrete sizes, specialises its kernels per size when the graph is called,
+without recompiling the entry.
+"""),
+    code("""
+stats = []
+
+
+@compiler.disable
+def log_stats(t):
+    stats.append(round(t.mean().item(), 3))
+
+
+def layer(x, w):
+    h = torch.relu(x @ w)
+    log_stats(h)
+    return h / h.shape[0]
+
+
+w = torch.randn(16, 16, device=device)
+compiled_layer = compiler.compile(layer)
+for rows in (8, 12, 20):
+    x = torch.randn(rows, 16, device=device)
+    compiler.mark_dynamic(x, 0)
+    torch.testing.assert_close(compiled_layer(x, w), layer(x, w))
+
+report = compiler.inspect(compiled_layer)
+for entry in report.entries:
+    print(f"entry from line {entry.start_line}: {entry.recompile_reason or 'first compile'}")
+    for control in entry.controls:
+        print(f"    {control.kind}: {control.target}: {control.detail}")
+    notes = entry.graph.notes if entry.graph is not None else []
+    for note in notes:
+        if "per size" in note:
+            print("   ", note)
+"""),
+    md("""
+The part before the break was traced once, with a symbolic batch size, and served all three
+sizes: its kernels were generated per size when it was called, without a recompile. The part
+after the break is an entry of its own, whose input `h` was not marked: it was specialised at
+the first call and recompiled with a symbolic size at the first size change (automatic
+dynamic), so the third size needed no new entry either.
+"""),
+    md("The first entry's guards: the batch size is checked as an expression, not a constant:"),
+    code("""
+print(report.entries[0].guard_source)
+"""),
+    md("""
+`%explain` lists the same controls with the graphs and breaks (the `log_stats` call is the
+break; the dynamic size is a control).
+"""),
+    code("""
+x = torch.randn(10, 16, device=device)
+compiler.mark_dynamic(x, 0)
+%explain layer(x, w)
+"""),
+    md("""
 ## `mode="reduce-overhead"`: CUDA graphs
 
 Launching a kernel costs a few microseconds of CPU time; a model of many small kernels can

@@ -360,3 +360,14 @@ def test_is_compiling_inside_an_opaque_call_is_true_while_tracing():
     compiled = compiler.compile(f, backend="eager")
     compiled(torch.randn(3))
     assert seen == [True, False]  # the fake run while tracing, then the real call
+
+
+@pytest.mark.gpu
+def test_allow_in_graph_between_triton_kernels():
+    compiled = compiler.compile(uses_opaque, backend="inductor")
+    for _ in range(2):
+        x, y = torch.randn(6, device="cuda"), torch.randn(6, device="cuda")
+        assert_same(uses_opaque(x, y), compiled(x, y))
+    kernels = compiler.inspect(compiled).kernels
+    assert "extern_python_scaled_pair" in [k.name for k in kernels]
+    assert any(k.language == "triton" for k in kernels)

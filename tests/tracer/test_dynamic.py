@@ -319,3 +319,15 @@ def test_explain_names_the_recompile_a_dynamic_size_caused():
     text = str(explain_records(report(compiled).functions))
     assert "Controls:" in text
     assert "dynamic: L['x'].size(0)" in text and "changed from 8 to 9" in text
+
+
+@pytest.mark.gpu
+def test_dynamic_graph_on_cuda_gets_triton_kernels_per_size():
+    compiled = compiler.compile(attention_like, backend="inductor", dynamic=True)
+    for n in (8, 9, 12, 30, 9):
+        q, k = torch.randn(n, 8, device="cuda"), torch.randn(n, 8, device="cuda")
+        assert_same(attention_like(q, k), compiled(q, k), atol=1e-4, rtol=1e-4)
+    rep = report(compiled)
+    assert len(rep.entries) == 1 and rep.entries[0].hits == 5
+    assert any(k.language == "triton" for k in rep.kernels)
+    assert any(n.endswith("[(30,8) (30,8)]") for n in rep.graphs[0].notes)

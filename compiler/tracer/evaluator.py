@@ -299,6 +299,8 @@ def _compilable(target: Any, args: list) -> tuple[types.FunctionType | None, lis
 def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: dict) -> Entry | None:
     record = state.record
     pc = frame.pc
+    if controls.stance() == "force_eager":  # set while this frame ran: the rest runs eagerly
+        return None
     existing = state.entries.get(pc, [])
     recompile_reason = None
     if existing:

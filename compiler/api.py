@@ -46,7 +46,12 @@ def compile(
     dynamic: bool | None = None,
     options: dict | None = None,
 ) -> Any:
-    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
+    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`.
+
+    `dynamic`: None (the default) compiles for the first call's sizes and traces a dimension
+    with a symbolic size once a recompile finds it changed; True makes every dimension
+    symbolic from the start; False only the ones marked with `compiler.mark_dynamic`
+    (compiler/tracer/shapes.py)."""
     if mode not in MODES:
         raise ValueError(
             f"unknown mode {mode!r}; choose one of {', '.join(repr(m) for m in MODES)}"

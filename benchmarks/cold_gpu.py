@@ -46,7 +46,7 @@ with torch.no_grad():
     if prof: prof.disable()
 print(f"   first call {{time.perf_counter() - t:.2f}} s")
 for g in compiler.inspect(compiled).graphs:
-    print("   stages: " + ", ".join(f"{{s.name}} {{s.seconds:.2f}} s" for s in g.stage_times))
+    print("   stages: " + ", ".join(f"{{s.stage}} {{s.seconds:.2f}} s" for s in g.stage_times))
 if prof:
     pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
 """

@@ -70,6 +70,23 @@ def profile_calls(fn, out_dir: str, name: str) -> None:
         prof.export_chrome_trace(os.path.join(out_dir, f"{name}.json"))
 
 
+def python_profile(fn, name: str, calls: int = 20) -> None:
+    """The Python functions a steady-state call spends its host time in (cProfile)."""
+    import cProfile
+    import pstats
+
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    print(f"-- {name}: Python functions by own time ({calls} calls)")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
 def model_profile(name: str, out_dir: str) -> None:
     import torchvision
 
@@ -109,6 +126,8 @@ def model_profile(name: str, out_dir: str) -> None:
         )
         profile_calls(lambda: ours(x), out_dir, f"{name}_ours")
         profile_calls(lambda: ro(x), out_dir, f"{name}_ours_ro")
+        python_profile(lambda: ours(x), f"{name}_ours")
+        python_profile(lambda: ro(x), f"{name}_ours_ro")
 
 
 def launch_cost() -> None:

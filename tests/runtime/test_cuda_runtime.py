@@ -17,6 +17,11 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch, tmp_path):
+    from compiler.runtime import triton_launch
+
+    # tests/codegen's conftest turns the interpreter on for its CPU tests: run this file in
+    # a process of its own on a GPU machine, or these tests would not launch real kernels
+    assert not triton_launch.INTERPRET, "TRITON_INTERPRET is set: run tests/runtime alone"
     monkeypatch.setenv("COMPILER_STRICT", "1")
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
     compiler.reset()

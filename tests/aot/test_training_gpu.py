@@ -85,5 +85,10 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
         data = (torch.randn(8, 3, 64, 64, device="cuda"), torch.randint(10, (8,), device="cuda"))
         train(model, data)
         train_opt(comp_model, data)
-        tol = 1e-2 if tf32 else 1e-4
-        assert_state_close(model, comp_model, f"step {step}", atol=tol, rtol=tol)
+        if tf32:  # element by element TF32 rounding differs; the whole tensor must not
+            for (name, p), q in zip(model.named_parameters(), comp_model.parameters()):
+                for what, a, b in (("", q, p), (".grad", q.grad, p.grad)):
+                    err = ((a - b).norm() / b.norm()).item()
+                    assert err < 1e-2, f"step {step}: {name}{what} relative error {err:.1e}"
+        else:
+            assert_state_close(model, comp_model, f"step {step}", atol=1e-4, rtol=1e-4)

@@ -407,6 +407,10 @@ def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: 
             compiled = config.backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend {config.backend_name!r} returned {type(compiled).__name__}, not a callable")
+        # The entry's guards pin every input's metadata: the compiled graph need not check it.
+        guarded = getattr(compiled, "for_guarded_inputs", None)
+        if guarded is not None:
+            compiled = guarded(example_inputs)
     except Exception as e:
         if config.fullgraph or _strict():
             raise

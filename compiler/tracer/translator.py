@@ -114,6 +114,7 @@ class Tracer:
         self.guards = GuardSet()
         self.builder = GraphBuilder(self.guards)
         self.guards.grad_mode(self.builder.grad_enabled)
+        self.guards.global_state()
         self.G = G
         self.frame_values = L
         self.current_frame: SymFrame | None = None

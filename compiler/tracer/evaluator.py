@@ -495,6 +495,10 @@ def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: 
             compiled = ctx.config.backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend {ctx.config.backend_name!r} returned {type(compiled).__name__}, not a callable")
+        # The entry's guards pin every input's metadata: the compiled graph need not check it.
+        guarded = getattr(compiled, "for_guarded_inputs", None)
+        if guarded is not None:
+            compiled = guarded(example_inputs)
     except Exception as e:
         if ctx.config.fullgraph or config.strict():
             raise

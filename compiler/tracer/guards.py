@@ -116,6 +116,29 @@ class GuardSet:
         ref = self._ref(torch.is_grad_enabled, "fn")
         self.add("GRAD_MODE", "torch.is_grad_enabled()", f"{ref}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}", None)
 
+    def global_state(self) -> None:
+        """The default dtype and autocast: a factory's dtype and the casts before a matmul
+        are read from them while tracing, so an entry traced under one state is wrong under
+        another (`x + torch.ones(3)` is float64 after `set_default_dtype(torch.float64)`)."""
+        dtype = torch.get_default_dtype()
+        get_dtype, dtype_ref = self._ref(torch.get_default_dtype, "fn"), self._ref(dtype, "dtype")
+        self.add("DEFAULT_DTYPE", "torch.get_default_dtype()", f"{get_dtype}() is {dtype_ref}", f"the default dtype is {dtype}", None)
+        any_autocast = self._ref(torch._C._is_any_autocast_enabled, "fn")
+        if not torch._C._is_any_autocast_enabled():
+            self.add("AUTOCAST", "autocast", f"not {any_autocast}()", "autocast is off", None)
+            return
+        state = autocast_state()
+        ref, state_ref = self._ref(autocast_state, "fn"), self._ref(state, "state")
+        shown = ", ".join(f"{d} {t}" for d, on, t in state if on)
+        self.add("AUTOCAST", "autocast", f"{ref}() == {state_ref}", f"autocast is on ({shown})", None)
+
+
+def autocast_state() -> tuple:
+    """Whether autocast is on, and to which dtype, for each device type that has it."""
+    return tuple(
+        (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+    )
+
 
 @dataclass
 class _Check:

@@ -119,6 +119,7 @@ class Tracer:
         # assume_constant_result calls already made, kept across restarts (compiler/tracer/marked.py)
         self.constants = constants if constants is not None else []
         self.guards.grad_mode(self.builder.grad_enabled)
+        self.guards.global_state()
         self.G = G
         self.frame_values = L
         self.current_frame: SymFrame | None = None

@@ -14,17 +14,17 @@ A graph that cannot be compiled for training by design (an output aliasing an in
 input that requires grad mutated in place, a backward that needs an input's value from
 before the graph mutated it) runs eagerly with a note saying why; anything that fails
 unexpectedly falls back the same way with a warning, as compile_fx does
-(COMPILER_STRICT=1 raises instead).
+(COMPILER_STRICT=1 and config.suppress_errors=False raise instead).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 
+from compiler import config
 from compiler.aot.autograd import TrainingGraph
 from compiler.aot.joint import (
     JointError,
@@ -103,7 +103,7 @@ class CompiledTraining:
             self._note(f"training graph runs eagerly: {exc}")
             self.entries[key] = self.gm.forward
         except Exception as exc:  # never break user code: run the graph eagerly
-            if os.environ.get("COMPILER_STRICT") == "1":
+            if config.strict():
                 raise
             self.entries[key] = self._fallback(exc)
         return self.entries[key]

@@ -9,7 +9,7 @@
 Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
 with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
 runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
-(fullgraph=True and COMPILER_STRICT=1 raise instead). Graphs that need autograd go to
+(fullgraph=True, COMPILER_STRICT=1 and config.suppress_errors=False raise instead). Graphs that need autograd go to
 compiler/aot/training.py: a joint forward+backward graph, partitioned, each half compiled by
 the stages here.
 """
@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten
 
+from compiler import config
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelSource, emitter_for
 from compiler.codegen.wrapper import extern_lines, wrapper_source
@@ -51,7 +52,8 @@ def compile_fx(
     positional tensors and returning what `gm` returns. `mode`: None/"default",
     "reduce-overhead" (CUDA graphs) or "max-autotune"; `options` is accepted for the API's
     sake and has no keys yet. A failure of the code generator runs the graph eagerly unless
-    `strict` (fullgraph=True) or COMPILER_STRICT=1, which raise it."""
+    `strict` (fullgraph=True), COMPILER_STRICT=1 or config.suppress_errors=False, which
+    raise it."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
         training = _training(gm, mode, record, strict)
@@ -113,10 +115,6 @@ def _global_state() -> tuple:
         (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
     )
     return (torch.get_default_dtype(), *autocast)
-
-
-def _strict_env() -> bool:
-    return os.environ.get("COMPILER_STRICT", "") not in ("", "0")
 
 
 class CompiledGraph:
@@ -217,7 +215,7 @@ class CompiledGraph:
         return expected
 
     def _fallback(self, exc: BaseException) -> Callable:
-        if self.strict or _strict_env():
+        if self.strict or config.strict():
             raise exc
         reason = f"{type(exc).__name__}: {exc}".strip()
         if self.record is not None:

@@ -47,7 +47,11 @@ class GuardSet:
 
     # ---- the guard kinds --------------------------------------------------------------
 
-    def tensor(self, source: str, t: torch.Tensor, line: SourceLine | None = None) -> None:
+    def tensor(
+        self, source: str, t: torch.Tensor, line: SourceLine | None = None, shape: bool = True
+    ) -> None:
+        """The checks of a tensor input; `shape=False` for one with symbolic sizes, whose
+        shape and stride checks come from compiler/tracer/shapes.py."""
         type_ref = self._ref(type(t), "type")
         dtype_ref = self._ref(t.dtype, "dtype")
         self.add("TENSOR_MATCH", source, f"type({source}) is {type_ref}", f"{source} is a {type(t).__name__}", line)
@@ -57,9 +61,10 @@ class GuardSet:
         else:
             device_ref = self._ref(t.device, "device")
             self.add("TENSOR_MATCH", source, f"{source}.device == {device_ref}", f"{source} is on {t.device}", line)
-        shape = tuple(t.shape)
-        self.add("TENSOR_MATCH", source, f"{source}.shape == {shape!r}", f"{source} has shape {list(shape)}", line)
-        if t.layout == torch.strided:
+        if shape:
+            size = tuple(t.shape)
+            self.add("TENSOR_MATCH", source, f"{source}.shape == {size!r}", f"{source} has shape {list(size)}", line)
+        if shape and t.layout == torch.strided:
             stride = tuple(t.stride())
             self.add(
                 "TENSOR_MATCH", source, f"{source}.stride() == {stride!r}", f"{source} has strides {stride}", line
@@ -249,6 +254,10 @@ def _value_expr(kind: str, source: str, expr: str) -> str:
     for prop in (".dtype", ".device", ".shape", ".stride()", ".requires_grad"):
         if expr.startswith(source + prop):
             return source + prop
+    if kind == "SHAPE_ENV":  # over a tensor's sizes, or a symbolic int
+        return f"getattr({source}, 'shape', {source})"
+    if expr.startswith((f"{source}.size(", f"{source}.dim()")):
+        return f"{source}.shape"
     if expr.startswith("len("):
         return f"len({source})"
     if expr.startswith("type("):

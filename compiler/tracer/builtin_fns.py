@@ -22,6 +22,7 @@ from compiler.tracer.operations import (
     unary,
     unpack_iterable,
 )
+from compiler.tracer.shapes import concrete, python_type
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -68,6 +69,7 @@ def is_pure_builtin(fn: Any) -> bool:
     )
 
 
+_TEXT_BUILTINS = {str, repr, format, hash, ascii}
 # Builtins that take one iterable and read its items.
 _ITERATING = {sum, max, min, all, any, sorted, frozenset}
 
@@ -92,6 +94,8 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
     try:
         a = [as_python_constant(x) for x in args]
         k = {n: as_python_constant(v) for n, v in kwargs.items()}
+        if fn in _TEXT_BUILTINS:  # text of a symbolic size is its value's (shapes.py)
+            a = [concrete(x) for x in a]
     except TypeError:
         if fn is len and args:
             return _len(tx, args[0])
@@ -144,7 +148,7 @@ def _python_type(v: Var) -> type:
     if isinstance(v, TensorVar):
         return torch.nn.Parameter if v.source and _is_parameter(v) else torch.Tensor
     if isinstance(v, (ConstVar, ObjVar)):
-        return type(v.value)
+        return python_type(v.value)
     if isinstance(v, ListVar):
         return v.cls
     if isinstance(v, TupleVar):
@@ -364,10 +368,6 @@ def _unary_builtin(op):
     return run
 
 
-def _constant(value: Any) -> Callable:
-    return lambda tx, args, kwargs: ConstVar(value)
-
-
 def _slice(tx, args, kwargs):
     if kwargs or not 1 <= len(args) <= 3:
         raise Break("slice() with these arguments")
@@ -436,10 +436,6 @@ SPECIAL: dict[Any, Callable] = {
     torch.enable_grad: _grad_ctx(True),
     torch.set_grad_enabled: _set_grad_enabled,
     torch.is_grad_enabled: _is_grad_enabled,
-    # Code asks whether it is being compiled to take a path written for compilers (transformers
-    # does, to avoid ContextVars, warnings and stream checks): in a trace it is, as in Dynamo.
-    torch.compiler.is_compiling: _constant(True),
-    torch.compiler.is_dynamo_compiling: _constant(True),
     slice: _slice,
     dataclasses.fields: _dataclass_fields,
     dataclasses.is_dataclass: _is_dataclass,

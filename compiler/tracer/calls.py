@@ -14,6 +14,7 @@ import torch
 
 from compiler.tracer import builtin_fns, construct, objects
 from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.marked import marked_call
 from compiler.tracer.operations import (
     as_dict,
     describe,
@@ -152,6 +153,9 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
                 args,
                 kwargs,
             )
+        marked = marked_call(tx, real, args, kwargs) if real is not None else None
+        if marked is not None:
+            return marked
         if (
             real is not None
             and real.__code__.co_name == "decorate_context"
@@ -187,6 +191,9 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
 
 def _call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     value = fn.value
+    marked = marked_call(tx, value, args, kwargs)
+    if marked is not None:
+        return marked
     if isinstance(value, torch.nn.Module):
         return call_module(tx, fn, args, kwargs)
     try:

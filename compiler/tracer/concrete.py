@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from compiler.tracer.bytecode import PY312, Code, Handler, Instr
 from compiler.tracer.calls import REAL_NULL
-from compiler.tracer.translator import BINARY_OPS, COMPARE_OPS
+from compiler.tracer.operations import BINARY_OPS, COMPARE_OPS
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from compiler.runtime.static import mark_static_address
 from compiler.tracer import objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr, raise_python
@@ -37,6 +38,22 @@ from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
     from compiler.tracer.translator import Tracer
+
+# The operators of BINARY_OP and COMPARE_OP, by their argrepr.
+BINARY_OPS: dict[str, Callable] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
+    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+}  # fmt: skip
+COMPARE_OPS: dict[str, Callable] = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
 
 # Tensor attributes that are metadata: constants, since the tensor's guards pin them.
 TENSOR_META = {
@@ -151,6 +168,8 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     for store in ("_parameters", "_buffers", "_modules"):
         table = d.get(store)
         if table is not None and name in table:
+            if store == "_buffers" and isinstance(table[name], torch.Tensor):
+                mark_static_address(table[name])  # a CUDA graph may read it in place
             return _attr_value(tx, table[name], src, name)
     if name in d:
         return _attr_value(tx, d[name], src, name)

@@ -25,6 +25,7 @@ from compiler.tracer.exceptions import describe_exception
 from compiler.tracer.graph_builder import GraphBuilder
 from compiler.tracer.guards import GuardSet
 from compiler.tracer.objects import AttrWrites
+from compiler.tracer.shapes import DynamicPolicy, concrete
 from compiler.tracer.variables import (
     NULL,
     CellVar,
@@ -50,20 +51,6 @@ MAX_INSTRUCTIONS = 500_000
 _STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
 MAX_INLINE_DEPTH = 32
 
-BINARY_OPS: dict[str, Callable] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
-    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
-    ">>": operator.rshift,
-    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
-    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
-    ">>=": operator.irshift,
-}  # fmt: skip
-COMPARE_OPS: dict[str, Callable] = {
-    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-    ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
 
 
 class LazyVar(Var):
@@ -113,10 +100,15 @@ class Tracer(ExceptionOpcodes):
         pc: int,
         break_at: tuple[int, str, list[SourceLine]] | None,
         fn_name: str,
+        dynamic: DynamicPolicy | None = None,
+        constants: list | None = None,
     ):
         self.guards = GuardSet()
-        self.builder = GraphBuilder(self.guards)
+        self.builder = GraphBuilder(self.guards, dynamic)
+        # assume_constant_result calls already made, kept across restarts (compiler/tracer/marked.py)
+        self.constants = constants if constants is not None else []
         self.guards.grad_mode(self.builder.grad_enabled)
+        self.guards.global_state()
         self.G = G
         self.frame_values = L
         self.current_frame: SymFrame | None = None
@@ -234,11 +226,14 @@ class Tracer(ExceptionOpcodes):
         frame.pc_next = next_pc  # type: ignore[attr-defined]
         if frame.code.handlers[frame.pc] is not None:
             self.covered = True
+        size_conditions = len(self.builder.shapes.env.guards)
         try:
             out = handler(frame, ins)
         except Raised as r:
             self.unwind(frame, r)
             out = None
+        if len(self.builder.shapes.env.guards) != size_conditions:
+            self.builder.shapes.note_guards(size_conditions, self.builder.line)
         if isinstance(out, _Return):
             return out.value
         frame.pc = frame.pc_next  # type: ignore[attr-defined]
@@ -498,13 +493,13 @@ class Tracer(ExceptionOpcodes):
         b = self.pop(frame)
         a = self.pop(frame)
         op = ins.argrepr
-        self.push(frame, ops.binary(self, BINARY_OPS[op], a, b))
+        self.push(frame, ops.binary(self, ops.BINARY_OPS[op], a, b))
 
     def COMPARE_OP(self, frame, ins):
         b = self.pop(frame)
         a = self.pop(frame)
         op = ins.argval if isinstance(ins.argval, str) else dis.cmp_op[ins.arg]
-        self.push(frame, ops.binary(self, COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b))
+        self.push(frame, ops.binary(self, ops.COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b))
 
     def IS_OP(self, frame, ins):
         b = self.pop(frame)
@@ -621,7 +616,7 @@ class Tracer(ExceptionOpcodes):
         value = self.pop(frame)
         if not is_python_constant(value) or isinstance(value, ObjVar):
             raise Break("an f-string formats a value that is not a Python constant")
-        v = as_python_constant(value)
+        v = concrete(as_python_constant(value))  # a symbolic size formats as its value
         conv = flags & 0x03
         if conv == 1:
             v = str(v)

@@ -164,3 +164,19 @@ def test_train_forward_backward(name):
 @pytest.mark.parametrize("name", ["bert", "llama"])
 def test_train_forward_backward_inductor(name):
     _check(name, "inductor", train=True)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_new_sequence_lengths_share_one_dynamic_graph(name):
+    """A second sequence length recompiles once with a symbolic length (as torch.compile's
+    automatic dynamic shapes do); the third reuses that graph."""
+    make, _ = MODELS[name]
+    torch.manual_seed(0)
+    eager = make().eval()
+    compiled = compiler.compile(copy.deepcopy(eager), backend="eager")
+    with torch.no_grad():
+        for seq in (SEQ, SEQ + 8, SEQ + 16):
+            ids = torch.randint(0, VOCAB, (BATCH, seq))
+            _assert_same_output(eager(ids), compiled(ids))
+    entries = [e for f in compiler.inspect(compiled).functions for e in f.entries]
+    assert len(entries) == 2 and all(e.graph_break is None for e in entries)

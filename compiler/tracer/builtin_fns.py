@@ -404,6 +404,12 @@ def _signature(tx, args, kwargs):
     raise Break(f"inspect.signature of {describe(fn)}")
 
 
+def _vars(tx, args, kwargs):
+    if len(args) != 1:
+        raise Break("vars() without an argument")
+    return load_attr(tx, args[0], "__dict__")
+
+
 def _is_dataclass(tx, args, kwargs):
     return ConstVar(dataclasses.is_dataclass(_class_of(args[0])))
 
@@ -440,6 +446,7 @@ SPECIAL: dict[Any, Callable] = {
     dataclasses.fields: _dataclass_fields,
     dataclasses.is_dataclass: _is_dataclass,
     inspect.signature: _signature,
+    vars: _vars,
     torch.inference_mode: lambda tx, a, k: (_ for _ in ()).throw(
         Break("torch.inference_mode runs in Python")
     ),

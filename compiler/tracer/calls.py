@@ -336,7 +336,8 @@ def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict
         return ListVar([TupleVar([ConstVar(k), v]) for k, v in d.items.items()])
     if name in ("keys", "__iter__"):
         keys = [ConstVar(k) for k in d.items]
-        return ListVar(keys) if name == "keys" else IteratorVar(keys)
+        # a keys view compares and combines as a set, and iterates in insertion order
+        return SetVar(keys) if name == "keys" else IteratorVar(keys)
     if name == "values":
         return ListVar(list(d.items.values()))
     if name == "get":

@@ -215,6 +215,8 @@ def as_python_constant(v: Var) -> Any:
         return [as_python_constant(i) for i in v.items]
     if isinstance(v, DictVar):
         return {k: as_python_constant(i) for k, i in v.items.items()}
+    if isinstance(v, SetVar):
+        return {as_python_constant(i) for i in v.items}
     if isinstance(v, SliceVar):
         return slice(as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step))
     if isinstance(v, ObjVar):

@@ -169,6 +169,16 @@ case(T(3), graphs=1, breaks=0)(assertion_caught)  # noqa: F821
 
 
 @case(T(3), graphs=1, breaks=0)
+def error_inside_comprehension_caught(x):
+    table = {"a": x, "b": x + 1}
+    try:
+        picked = [table[k] for k in ("a", "c", "b")]  # 3.12 inlines it, with its own handler
+    except KeyError as e:
+        picked = [table["b"], e.args[0]]
+    return picked
+
+
+@case(T(3), graphs=1, breaks=0)
 def builtin_error_on_constants_caught(x):
     try:
         n = int("not a number")

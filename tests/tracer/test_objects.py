@@ -167,6 +167,23 @@ def getattr_fallback_and_property(x):
     return x * obj.scale_3 + obj.double, hasattr(obj, "missing"), getattr(obj, "other", 1.5)
 
 
+class Plain:
+    def __init__(self, x):
+        self.x = x
+        self.tmp = x * 2
+
+
+@case(T(3), graphs=1, breaks=0)
+def delete_attribute_of_new_object(x):
+    obj = Plain(x)
+    del obj.tmp
+    try:
+        obj.tmp
+    except AttributeError:
+        missing = True
+    return obj.x + 1, vars(obj).keys() == {"x"}, missing, hasattr(obj, "tmp")
+
+
 # ---- attributes written to real objects -------------------------------------------------------
 
 

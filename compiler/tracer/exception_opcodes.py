@@ -128,7 +128,11 @@ class ExceptionOpcodes:
     def python_context_methods(self, ctx: Var) -> tuple[FunctionVar, FunctionVar]:
         """__enter__ and __exit__ of a context manager written in Python, to inline."""
         cls = ctx.cls if isinstance(ctx, NewObjectVar) else None
-        if isinstance(ctx, ObjVar) and ctx.source is not None and not type(ctx.value).__module__.startswith("torch"):
+        if (
+            isinstance(ctx, ObjVar)
+            and ctx.source is not None
+            and not type(ctx.value).__module__.startswith("torch")
+        ):
             cls = type(ctx.value)  # torch's context managers change global state: not inlined
         found = [getattr(cls, name, None) for name in ("__enter__", "__exit__")] if cls else []
         if len(found) != 2 or not all(isinstance(f, types.FunctionType) for f in found):

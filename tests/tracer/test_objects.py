@@ -178,7 +178,7 @@ def delete_attribute_of_new_object(x):
     obj = Plain(x)
     del obj.tmp
     try:
-        obj.tmp
+        missing = obj.tmp is None
     except AttributeError:
         missing = True
     return obj.x + 1, vars(obj).keys() == {"x"}, missing, hasattr(obj, "tmp")

@@ -61,8 +61,8 @@ def class_of(obj: Var) -> type | None:
         return obj.cls
     if isinstance(obj, DictVar):
         return obj.cls
-    if isinstance(obj, ObjVar) and not isinstance(obj.value, (type, types.ModuleType)):
-        return type(obj.value)
+    if isinstance(obj, ObjVar) and not isinstance(obj.value, (type, types.ModuleType, torch.Tensor)):
+        return type(obj.value)  # (a tensor subclass's Python dunders are torch's, not traced)
     return None
 
 

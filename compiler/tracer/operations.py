@@ -499,9 +499,26 @@ def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
         except Exception as e:
             raise raise_python(e) from None
     if op in (operator.eq, operator.ne):
-        same = is_same(a, b)
-        return ConstVar(same if op is operator.eq else not same)
+        return _equality(tx, a, b, op is operator.ne)
     raise Break(f"operator {op.__name__} on {describe(a)} and {describe(b)} is not traced")
+
+
+def _equality(tx: Tracer, a: Var, b: Var, negate: bool) -> Var:
+    """`a == b` / `a != b` between objects: an __eq__ (or __ne__) the classes write in Python
+    (a dataclass's), the reflected one when it returns NotImplemented, else identity."""
+    for x, y in ((a, b), (b, a)):
+        if negate:
+            out = objects.call_dunder(tx, x, "__ne__", [y])
+            if objects.found(out) and not _not_implemented(out):
+                return out
+        out = objects.call_dunder(tx, x, "__eq__", [y])
+        if objects.found(out) and not _not_implemented(out):
+            return ConstVar(not truth(tx, out)) if negate else out
+    return ConstVar(is_same(a, b) != negate)
+
+
+def _not_implemented(v: Var) -> bool:
+    return isinstance(v, (ConstVar, ObjVar)) and v.value is NotImplemented
 
 
 def unary(tx: Tracer, op: Callable, a: Var) -> Var:

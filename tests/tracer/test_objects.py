@@ -293,6 +293,18 @@ def number_augmented_by_tensor(x):
     return total
 
 
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+@case(T(3), graphs=1, breaks=0)
+def dataclass_equality_uses_its_eq(t):
+    a, b, c = Point(1, 2), Point(1, 2), Point(2, 2)
+    return t * (a == b) + (a != c) * 2, a == c, a != b, a == 3
+
+
 @pytest.mark.parametrize("fn,factories,expect", case)
 def test_objects(fn, factories, expect):
     check(fn, *factories, **expect)

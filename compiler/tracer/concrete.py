@@ -89,7 +89,7 @@ def _unwind(frame: RealFrame, handler: Handler, ins: Instr, exc: BaseException) 
     """Send `exc`, raised by `ins`, to its handler in the exception table."""
     del frame.stack[handler.depth :]
     if handler.lasti:
-        frame.stack.append(ins.index)  # an instruction index: RERAISE reports its line
+        frame.stack.append(ins.index)  # the stack layout the handler expects (CPython's lasti)
     frame.stack.append(exc)
     frame.pc = handler.target
     frame.kw_names = None

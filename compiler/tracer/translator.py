@@ -48,8 +48,9 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 MAX_INSTRUCTIONS = 500_000
-_STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
 MAX_INLINE_DEPTH = 32
+# What a closure cell read without a source may hold: code and classes, set once.
+_STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
 
 
 

@@ -4,6 +4,7 @@ construct.py, argument binding for inlined functions in binding.py."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sysconfig
@@ -119,10 +120,24 @@ def builtin_var(value: Any) -> Var:
     return ObjVar(value)
 
 
+# Standard-library code that is plain Python with no effect outside its object: traced
+# like user code (transformers returns a nullcontext() where no autocast is needed).
+_TRACED_STDLIB = {
+    f.__code__
+    for f in (
+        contextlib.nullcontext.__init__,
+        contextlib.nullcontext.__enter__,
+        contextlib.nullcontext.__exit__,
+    )
+}
+
+
 def is_skipped(fn: types.FunctionType) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if module.split(".")[0] in SKIP_PACKAGES:
         return True
+    if fn.__code__ in _TRACED_STDLIB:
+        return False
     filename = fn.__code__.co_filename
     return filename.startswith(_STDLIB) and "site-packages" not in filename
 

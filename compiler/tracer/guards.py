@@ -84,7 +84,8 @@ class GuardSet:
         type_ref = self._ref(type(value), "type")
         if value is None or isinstance(value, bool):
             expr = f"{source} is {value!r}"
-        elif isinstance(value, (int, str, bytes)) or (isinstance(value, float) and math.isfinite(value)):
+        elif type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
+            # exact types only: the repr of a subclass (a str or int Enum) is not Python
             expr = f"type({source}) is {type_ref} and {source} == {value!r}"
         else:
             ref = self._ref(value, "const")
@@ -172,8 +173,25 @@ class CompiledGuards:
         for g in failed[:3]:
             c = by_guard[id(g)]
             got = _value(_value_expr(g.kind, c.source, c.expr), c.needs, self.namespace, env)
-            parts.append(f"{g.description} (value missing)" if got is _MISSING else f"{g.description} (got {got!r})")
+            parts.append(f"{g.description} (value missing)" if got is _MISSING else f"{g.description} (got {short_repr(got)})")
         return "; ".join(parts)
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A value for a one-line message: a module by its class (its repr lists every layer), any
+    other repr cut to its first line and `limit` characters."""
+    if isinstance(value, torch.nn.Module):
+        return f"a {type(value).__name__} module at {id(value):#x}"
+    return concise(repr(value), limit)
+
+
+def concise(text: str, limit: int = 200) -> str:
+    """The first line of `text`, at most `limit` characters, for warnings and reasons."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0]
+    if len(first) > limit or len(lines) > 1:
+        return first[: limit - 3].rstrip() + "..."
+    return first
 
 
 def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> CompiledGuards:

@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.cpu import compile_ours, make_workload  # noqa: E402
+from benchmarks.cpu import compile_ours, make_workload
 
 
 def _family(name: str) -> str:

@@ -261,7 +261,9 @@ class _Compiled:
                 aot = trace_forward(self.gm, self.inputs)
             self.record.aot_graphs["forward"] = aot.gm.code
         with self.stage("lower"):
-            graph, notes = lower(aot, self.inputs)
+            # Training halves keep eager's layouts: their saved activations and gradients
+            # would otherwise be converted back and forth.
+            graph, notes = lower(aot, self.inputs, channels_last=not self.part)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             sched = fuse(graph)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from compiler.lowering.core import LoweringContext, register_lowering
+from compiler.ir.nodes import Layout
+from compiler.lowering.core import LoweringContext, channels_last_strides, register_lowering
 
 aten = torch.ops.aten
 
@@ -17,7 +18,6 @@ EXTERN_OPS = [
     aten.bmm,
     aten.addmm,
     aten.baddbmm,
-    aten.convolution,
     aten._scaled_dot_product_flash_attention,
     aten._scaled_dot_product_efficient_attention,
     aten._scaled_dot_product_cudnn_attention,
@@ -28,3 +28,16 @@ EXTERN_OPS = [
 @register_lowering(*EXTERN_OPS)
 def extern(ctx: LoweringContext, node, *args, **kwargs):
     return ctx.extern(node.target, args, kwargs, note=False)
+
+
+@register_lowering(aten.convolution)
+def convolution(ctx: LoweringContext, node, x, weight, *args, **kwargs):
+    """In a channels-last graph (see LoweringContext.channels_last) a 2-d convolution takes
+    its input and weight NHWC, copying them if they are not, and oneDNN then returns NHWC."""
+    if not (ctx.channels_last and len(x.size) == 4 and len(weight.size) == 4):
+        return ctx.extern(node.target, (x, weight, *args), kwargs, note=False)
+    x = ctx.require_strides(x, channels_last_strides(x.size))
+    weight = ctx.require_strides(weight, channels_last_strides(weight.size))
+    size = tuple(ctx.meta().shape)
+    layout = Layout(size, channels_last_strides(size), ctx.meta().dtype, ctx.device)
+    return ctx.extern(node.target, (x, weight, *args), kwargs, note=False, layouts=[layout])

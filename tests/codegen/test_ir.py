@@ -54,6 +54,15 @@ def test_index_matches_python_on_all_points():
                 assert e.subs(env).const == expected
 
 
+def test_split_of_a_split_loop_folds_back():
+    # an NHWC address over a merged H*W loop, that loop fused again with N: one variable
+    m = Var("m", 16 * 1024)
+    hw = Index.of(m) % 1024
+    address = (Index.of(m) // 1024) * 65536 + (hw // 32) * 2048 + (hw % 32) * 64
+    assert address == Index.of(m) * 64
+    assert (hw // 32) == (Index.of(m) // 32) % 32
+
+
 def _graph(fn, *inputs):
     gm = torch.fx.symbolic_trace(fn)
     aot = trace_forward(gm, list(inputs))

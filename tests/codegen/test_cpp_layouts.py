@@ -122,3 +122,11 @@ def test_training_graphs_keep_eager_layouts_and_gradients_match():
     torch.testing.assert_close(grad, x.grad, rtol=1e-4, atol=1e-4)
     assert record.fallback is None
     assert not any("channels-last" in note for note in record.notes)
+
+
+def test_batch_norm_scale_is_computed_once_per_channel():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), _bn(16), nn.ReLU()).eval()
+    record = check(model, torch.randn(2, 3, 20, 20), rtol=1e-4, atol=1e-4)
+    per_pixel = [src for src in _kernels(record, "relu") if "16; ++" in src]
+    assert per_pixel and all("sqrtf" not in src for src in per_pixel)
+    assert any("sqrtf" in src for src in _kernels(record))  # in a kernel over 16 channels

@@ -65,6 +65,7 @@ COSTLY_OPS = frozenset(
     }
 )  # fmt: skip
 SCAN_LAUNCHES = 16  # how far back a node looks for a kernel to join
+UNRELATED_JOIN_MAX_BYTES = 1 << 20  # larger outputs join only kernels they share data with
 
 
 # ---- pass 1: inline ------------------------------------------------------------------------
@@ -188,6 +189,7 @@ class _Group:
     axes: tuple[int, ...]
     members: list[tuple[Node, str]] = field(default_factory=list)  # (node, "full"|"outer"|"reduce")
     space: dict[str, str] = field(default_factory=dict)  # buffer -> "full" | "outer"
+    reads: set[str] = field(default_factory=set)  # buffers its members load
 
     @property
     def outer_size(self) -> tuple[int, ...]:
@@ -256,7 +258,7 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
                 continue
             role = _role(node, g)
             axes = node.axes if role == "reduce" else g.axes
-            if role is not None and _fits(node, role, g, axes):
+            if role is not None and _fits(node, role, g, axes) and _worth_joining(node, deps, g):
                 chosen = (g, role, axes)
                 break
         if chosen is None:
@@ -272,8 +274,19 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
             g.axes = axes
         g.members.append((node, role))
         g.space[node.name] = "full" if role == "full" else "outer"
+        g.reads |= deps
         producer[node.name] = g.index
     return launches
+
+
+def _worth_joining(node: Node, deps: set[str], g: _Group) -> bool:
+    """A node that shares no data with a kernel saves only a launch by joining it, and runs
+    that much earlier: a large output then lives longer, and buffers allocated together
+    are fresh memory (page faults) where one at a time reuse the last one freed (the
+    weight copies of a channels-last graph, each needed by the next convolution only)."""
+    if deps & (g.reads | g.space.keys()):
+        return True
+    return node.layout.numel * node.layout.dtype.itemsize < UNRELATED_JOIN_MAX_BYTES
 
 
 def _extern_deps(node: ExternKernel) -> set[str]:

@@ -96,6 +96,17 @@ def test_fusion_decisions():
     assert "kernel triton_poi_fused" in format_schedule(sched)
 
 
+def test_unrelated_large_outputs_get_their_own_kernels():
+    # two products of inputs sharing no data: small ones share a kernel, large ones (each
+    # read by its own matmul only) do not, so each is allocated just before it is needed
+    def fn(a, b):
+        return ((a * 2) @ a.t())[0], ((b * 3) @ b.t())[0]
+
+    small = schedule(_graph(fn, torch.randn(8, 8), torch.randn(8, 8)))
+    large = schedule(_graph(fn, torch.randn(1024, 512), torch.randn(1024, 512)))
+    assert len(small.kernels) < len(large.kernels)
+
+
 def test_buffers_are_freed_after_last_use():
     w = torch.randn(6, 6)
     sched = schedule(_graph(lambda x, w: ((x @ w).relu() @ w,), torch.randn(4, 6), w))

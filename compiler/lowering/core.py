@@ -34,6 +34,7 @@ from compiler.ir.nodes import (
     Reduction,
     TensorArg,
     Value,
+    loads,
 )
 
 Loader = Callable[[tuple], Value]
@@ -129,7 +130,7 @@ class LoweringContext:
         ivars = make_vars("i", size)
         body = body_fn(tuple(Index.of(v) for v in ivars))
         body = cast(body, dtype)
-        layout = layout or self.output_layout(size, dtype)
+        layout = layout or self.output_layout(size, dtype, body)
         node = Pointwise(self.new_name(), size, body, layout, self.origins, self.aten_name)
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
@@ -205,16 +206,32 @@ class LoweringContext:
 
         return TensorValue(layout.size, layout.dtype, loader, TensorArg(name, layout))
 
-    def output_layout(self, size: tuple[int, ...], dtype: torch.dtype) -> Layout:
+    def output_layout(
+        self, size: tuple[int, ...], dtype: torch.dtype, body: Value | None = None
+    ) -> Layout:
         """Node outputs keep eager's strides (channels-last stays channels-last) when the
         aten node's fake value has this size; contiguous otherwise. In a channels-last graph
-        every 4-d node is channels-last (graph outputs are copied back to eager's strides)."""
+        a 4-d node takes the strides of a buffer of its size that it reads element for
+        element (a convolution's output, NHWC or not), else channels-last (graph outputs
+        are copied back to eager's strides)."""
         if self.channels_last and len(size) == 4:
-            return self.natural_layout(size, dtype)
+            return self._followed_layout(size, dtype, body) or self.natural_layout(size, dtype)
         val = self.meta() if self.current is not None else None
         if isinstance(val, torch.Tensor) and tuple(val.shape) == size and _dense(val):
             return Layout(size, tuple(val.stride()), dtype, self.device)
         return Layout.contiguous(size, dtype, self.device)
+
+    def _followed_layout(
+        self, size: tuple[int, ...], dtype: torch.dtype, body: Value | None
+    ) -> Layout | None:
+        if body is None:
+            return None
+        own = tuple(Index.of(v) for v in make_vars("i", size))
+        for ld in loads(body):
+            lay = self.layouts.get(ld.buf)
+            if lay is not None and lay.size == size and tuple(ld.indices) == own:
+                return Layout(size, lay.stride, dtype, self.device)
+        return None
 
     def natural_layout(self, size: Sequence[int], dtype: torch.dtype) -> Layout:
         """The layout of a new buffer whose strides eager does not fix: channels-last for 4-d
@@ -306,7 +323,8 @@ class LoweringContext:
             self.channels_last = True
             self.notes.append(
                 "4-d tensors are laid out channels-last (NHWC) around the 2-d convolutions, "
-                "which oneDNN runs fastest so on CPU; outputs keep eager's strides"
+                "which oneDNN runs fastest so on CPU (except where weights outweigh "
+                "activations); outputs keep eager's strides"
             )
         for pos, (ph, t) in enumerate(zip(placeholders, example_inputs)):
             if not isinstance(t, torch.Tensor):

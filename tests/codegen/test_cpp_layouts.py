@@ -130,3 +130,29 @@ def test_batch_norm_scale_is_computed_once_per_channel():
     per_pixel = [src for src in _kernels(record, "relu") if "16; ++" in src]
     assert per_pixel and all("sqrtf" not in src for src in per_pixel)
     assert any("sqrtf" in src for src in _kernels(record))  # in a kernel over 16 channels
+
+
+class LateStage(nn.Module):
+    """A wide convolution on few pixels (resnet's last stage) after a narrow one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 256, 3, padding=1)
+        self.bn = _bn(256)
+        self.conv2 = nn.Conv2d(256, 256, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv1(x)))
+        return self.conv2(y) + y
+
+
+def test_weight_heavy_convolutions_stay_nchw_without_copying_the_weight():
+    model = LateStage().eval()
+    gm = torch.fx.symbolic_trace(model)
+    record = check(gm, torch.randn(2, 8, 3, 3), rtol=1e-4, atol=1e-4)
+    convs = [line for line in record.wrapper_source.splitlines() if "aten.convolution" in line]
+    # conv1 (tiny weight) runs NHWC on copies; conv2 takes its 256x256x3x3 weight as it is
+    # (a parameter: a constant of the graph) and NCHW activations
+    assert "ensure_layout(buf2, (2, 256, 3, 3), (2304, 1, 768, 256))" in record.wrapper_source
+    assert ", const6, " in convs[1]
+    assert "(2, 256, 3, 3), (2304, 9, 3, 1)" in record.wrapper_source

@@ -18,6 +18,9 @@ reduction loops inside (see compiler/scheduler/kernel.py for the step model):
   carry a NaN flag so they propagate NaN as torch does while still vectorising.
 * When the outer extent is too small to keep the cores busy (a full sum, a mean over a
   batch of 2), a plain reduction is split across threads with OpenMP reduction clauses.
+* Padding and concatenation masks are decided per range of the loop variables
+  (compiler/ir/ranges.py): the innermost loop is split and the outer ones dispatch with an
+  `if` chain, so each copy of the body has no masked loads and reads one concatenated piece.
 
 The source of a kernel is its function alone (what the inspector shows); `load_many` puts
 kernels behind the shared prelude into a few translation units (one per core) and compiles

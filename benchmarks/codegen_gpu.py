@@ -304,6 +304,7 @@ def main() -> None:
         for label in ("ours", "torch"):
             row[f"{label}_cold_s"] = cold_seconds(name, label)
         rows.append(row)
+        print_table([row])  # each row as soon as it is measured: a run cut short keeps it
         torch.cuda.empty_cache()
     print_table(rows)
     sys.exit(status)

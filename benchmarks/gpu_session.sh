@@ -8,6 +8,7 @@
 #            ours vs torch.compile ($CODEGEN_ARGS)
 #   train    benchmarks/train_gpu.py ($TRAIN_ARGS)
 #   overhead benchmarks/overhead.py on CUDA
+#   cold     benchmarks/cold_gpu.py: where a cold compile's time goes ($COLD_ARGS)
 # Logs go to $OUT; the last lines of each are printed.
 set -u
 OUT=${OUT:-/tmp/gpu_out}
@@ -29,6 +30,9 @@ for part in ${GPU_PARTS:-tracer gputests codegen}; do
     train)
       timeout "${TRAIN_TIMEOUT:-400}" python3 benchmarks/train_gpu.py ${TRAIN_ARGS:-} > "$OUT/train_gpu.txt" 2>&1
       tail -12 "$OUT/train_gpu.txt" ;;
+    cold)
+      timeout 200 python3 benchmarks/cold_gpu.py ${COLD_ARGS:-} > "$OUT/cold_gpu.txt" 2>&1
+      tail -40 "$OUT/cold_gpu.txt" ;;
     overhead)
       timeout 90 python3 benchmarks/overhead.py --device cuda > "$OUT/overhead.txt" 2>&1
       tail -8 "$OUT/overhead.txt" ;;

@@ -77,12 +77,31 @@ def compile(
     )
     ctx = CompileContext(config)
     if isinstance(model, torch.nn.Module):
-        return _compile_module(model, ctx)
-    if not callable(model):
+        compiled = _compile_module(model, ctx)
+    elif callable(model):
+        compiled = _compile_callable(model, ctx)
+    else:
         raise TypeError(
             f"compiler.compile expects a function or an nn.Module, got {type(model).__name__}"
         )
-    return _compile_callable(model, ctx)
+    _prepare(config.backend_name)
+    return compiled
+
+
+@functools.lru_cache(maxsize=None)
+def _prepare(backend: str) -> None:
+    """The one-time setup of a process's first trace, paid when a function is wrapped (as
+    torch.compile imports its machinery when it wraps) so that the first call only compiles:
+    torch's ShapeEnv imports its symbolic-shape machinery on first use (about 3 s on a
+    CI-class CPU), and the code generator's decomposition table collects every composite
+    aten op (about 0.5 s)."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    ShapeEnv()
+    if backend == "inductor":
+        from compiler.aot.decompositions import decomposition_table
+
+        decomposition_table()
 
 
 def optimize(

@@ -16,6 +16,8 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+from compiler.ir.index import Var
+from compiler.ir.nodes import Layout
 from compiler.scheduler.kernel import KernelGroup, Schedule
 
 
@@ -84,3 +86,22 @@ def emitter_for(device: torch.device) -> tuple[KernelEmitter | None, str]:
 
         return TritonEmitter(), ""
     return None, "no CPU kernel emitter is available (compiler.codegen.cpp did not load)"
+
+
+def store_order(group: KernelGroup, buffers: dict[str, Layout]) -> list[Var]:
+    """The kernel's outer variables, outermost first, ordered so the smallest stride of its
+    first store varies fastest: channels-last and transposed outputs are then written
+    contiguously (C++: the innermost loop vectorises; Triton: neighbouring lanes of a block
+    store to neighbouring addresses)."""
+    outer = list(group.outer)
+    stored = next((s for s in group.steps if s.store is not None), None)
+    if stored is None or len(outer) < 2:
+        return outer
+    addr = buffers[stored.name].index(stored.store)
+    strides = {}
+    for v in outer:
+        c = addr.coefficient(v)
+        if not c:
+            return outer
+        strides[v] = abs(c)
+    return sorted(outer, key=lambda v: -strides[v])

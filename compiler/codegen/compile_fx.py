@@ -280,11 +280,11 @@ class _Compiled:
                 aot = trace_forward(self.gm, self.inputs)
             self.record.aot_graphs["forward"] = aot.gm.code
         with self.stage("lower"):
-            # Channels-last suits oneDNN's convolutions under C++ kernels. Training halves
-            # keep eager's layouts: their saved activations and gradients would otherwise
-            # be converted back and forth.
+            # Channels-last suits oneDNN's and cuDNN's convolutions. Training halves keep
+            # eager's layouts: their saved activations and gradients would otherwise be
+            # converted back and forth.
             cpp = emitter.language == "cpp"
-            graph, notes = lower(aot, self.inputs, channels_last=cpp and not self.part)
+            graph, notes = lower(aot, self.inputs, channels_last=not self.part)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             sched = fuse(graph, materialise_broadcasts=cpp)

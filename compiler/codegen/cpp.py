@@ -40,7 +40,7 @@ from dataclasses import replace
 import torch
 import torch.autograd.profiler as _profiler
 
-from compiler.codegen.common import KernelSource
+from compiler.codegen.common import KernelSource, store_order
 from compiler.codegen.cpp_ops import (
     Accumulator,
     c_constant,
@@ -267,24 +267,8 @@ class _KernelWriter:
             out.append(f"//   {where}: {text}"[:200])
         return out
 
-    def _loop_order(self) -> list[Var]:
-        """Outer variables ordered so the smallest stride of the first store is innermost
-        (channels-last and transposed outputs then write contiguously)."""
-        outer = list(self.group.outer)
-        stored = next((s for s in self.group.steps if s.store is not None), None)
-        if stored is None or len(outer) < 2:
-            return outer
-        addr = self.schedule.buffers[stored.name].index(stored.store)
-        strides = {}
-        for v in outer:
-            c = addr.coefficient(v)
-            strides[v] = abs(c) if c else None
-        if any(s is None for s in strides.values()):
-            return outer
-        return sorted(outer, key=lambda v: -strides[v])
-
     def _pointwise(self) -> None:
-        order = self._merge_loops(self._loop_order())
+        order = self._merge_loops(store_order(self.group, self.schedule.buffers))
         numel = self.group.outer_numel
         parallel = numel >= PARALLEL_MIN_WORK
         if not order:
@@ -431,7 +415,7 @@ class _KernelWriter:
         return segments
 
     def _reduction(self) -> None:
-        outer = self._merge_loops(self._loop_order())
+        outer = self._merge_loops(store_order(self.group, self.schedule.buffers))
         # Reduction loops fuse in their own order only, so argmax positions stay flat indices.
         self.rvars = self._merge_loops(list(self.group.reduction))
         group = self.group

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from compiler.codegen.common import KernelSource
+from compiler.codegen.common import KernelSource, store_order
 from compiler.ir.index import Index, Var, render, unflatten
 from compiler.ir.nodes import (
     Constant,
@@ -467,7 +467,9 @@ def _write_body(w: _KernelWriter) -> list[str]:
     lines.append(f"    xoffset = {pid} * XBLOCK")
     lines.append(f"    xindex = xoffset + tl.arange(0, XBLOCK){'[:, None]' if w.reduction else ''}")
     lines.append("    xmask = xindex < xnumel")
-    w.define_vars(top, g.outer, "xindex")
+    # The fastest-varying variable is the store's smallest stride, so a block's lanes write
+    # neighbouring addresses (channels-last outputs too).
+    w.define_vars(top, tuple(store_order(g, w.buffers)), "xindex")
     if not w.reduction:
         w.emit_pointwise_steps(top, list(g.steps))
         return lines

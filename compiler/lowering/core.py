@@ -89,9 +89,9 @@ class LoweringContext:
         self.current: torch.fx.Node | None = None
         self.layouts: dict[str, Layout] = {}  # every buffer's own layout
         self.mutated_inputs: list[str] = []  # graph inputs written back (in-place user code)
-        # 4-d buffers are laid out channels-last (NHWC) around 2-d convolutions on CPU, where
-        # oneDNN runs them fastest so and pooling and concatenation along channels vectorise
-        # along contiguous channels (decided in `run`, as Inductor's layout optimisation).
+        # 4-d buffers are laid out channels-last (NHWC) around 2-d convolutions, which oneDNN
+        # and cuDNN run fastest so, and pooling and concatenation along channels then read
+        # contiguous channels (decided in `run`, as Inductor's layout optimisation).
         self.channels_last = False
         self.allow_channels_last = True
         self._count = 0
@@ -323,8 +323,13 @@ class LoweringContext:
             self.channels_last = True
             self.notes.append(
                 "4-d tensors are laid out channels-last (NHWC) around the 2-d convolutions, "
-                "which oneDNN runs fastest so on CPU (except where weights outweigh "
-                "activations); outputs keep eager's strides"
+                + (
+                    "which oneDNN runs fastest so on CPU (except where weights outweigh "
+                    "activations)"
+                    if self._device.type == "cpu"
+                    else "which cuDNN runs fastest so"
+                )
+                + "; outputs keep eager's strides"
             )
         for pos, (ph, t) in enumerate(zip(placeholders, example_inputs)):
             if not isinstance(t, torch.Tensor):
@@ -419,7 +424,7 @@ def lower(
     aot: AotGraph, example_inputs: Sequence[torch.Tensor], channels_last: bool = True
 ) -> tuple[Graph, list[str]]:
     """Lower the aten graph; returns the IR graph and notes (extern fallbacks).
-    `channels_last`: a CPU graph with 2-d convolutions may lay its 4-d tensors out NHWC."""
+    `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC."""
     # The rule modules register themselves on import.
     from compiler.lowering import externs, indexing, pointwise, reductions, views  # noqa: F401
 
@@ -471,15 +476,21 @@ def same_strides(size: Sequence[int], a: Sequence[int], b: Sequence[int]) -> boo
     return all(s == 1 or x == y for s, x, y in zip(size, a, b))
 
 
-# Convolution input dtypes oneDNN runs in channels-last (float64 goes to a slow fallback).
+# Convolution input dtypes oneDNN and cuDNN run in channels-last (float64 goes to slow paths).
 _CHANNELS_LAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _runs_convolutions_channels_last(gm: torch.fx.GraphModule, device: torch.device) -> bool:
-    """A CPU graph with a 2-d convolution that oneDNN (mkldnn) runs."""
-    if device.type != "cpu" or not (
-        torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()
-    ):
+    """A graph with a 2-d convolution that oneDNN (CPU) or cuDNN (CUDA) runs: both are
+    fastest on NHWC activations (cuDNN's NCHW path transposes to NHWC and back around each
+    convolution on tensor-core GPUs), as Inductor's layout optimisation also assumes."""
+    if device.type == "cpu":
+        if not (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()):
+            return False
+    elif device.type == "cuda":
+        if not (torch.backends.cudnn.enabled and torch.backends.cudnn.is_available()):
+            return False
+    else:
         return False
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target is torch.ops.aten.convolution.default:

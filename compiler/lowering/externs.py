@@ -48,12 +48,14 @@ WEIGHT_HEAVY_MIN = 1 << 18
 @register_lowering(aten.convolution)
 def convolution(ctx: LoweringContext, node, x, weight, *args, **kwargs):
     """In a channels-last graph (see LoweringContext.channels_last) a 2-d convolution takes
-    its input and weight NHWC, copying them if they are not, and oneDNN then returns NHWC."""
+    its input and weight NHWC, copying them if they are not, and oneDNN or cuDNN then returns
+    NHWC."""
     if not (ctx.channels_last and len(x.size) == 4 and len(weight.size) == 4):
         return ctx.extern(node.target, (x, weight, *args), kwargs, note=False)
     cl_weight = channels_last_strides(weight.size)
     if (
-        math.prod(weight.size) >= max(WEIGHT_HEAVY_RATIO * math.prod(x.size), WEIGHT_HEAVY_MIN)
+        ctx.device.type == "cpu"
+        and math.prod(weight.size) >= max(WEIGHT_HEAVY_RATIO * math.prod(x.size), WEIGHT_HEAVY_MIN)
         and weight.view is not None
         and not same_strides(weight.size, weight.view.layout.stride, cl_weight)
     ):
@@ -65,7 +67,10 @@ def convolution(ctx: LoweringContext, node, x, weight, *args, **kwargs):
         layout = Layout(size, contiguous_strides(size), ctx.meta().dtype, ctx.device)
         return ctx.extern(node.target, (x, weight, *args), kwargs, note=False, layouts=[layout])
     x = ctx.require_strides(x, channels_last_strides(x.size))
-    weight = ctx.require_strides(weight, cl_weight)
+    if ctx.device.type == "cpu":
+        # On CUDA aten converts an NCHW weight itself when the input is NHWC (cuDNN takes
+        # both in one format): no kernel of ours per weight and call.
+        weight = ctx.require_strides(weight, cl_weight)
     size = tuple(ctx.meta().shape)
     layout = Layout(size, channels_last_strides(size), ctx.meta().dtype, ctx.device)
     return ctx.extern(node.target, (x, weight, *args), kwargs, note=False, layouts=[layout])

@@ -1,6 +1,8 @@
 """Model-sized graphs through the whole pipeline: a residual CNN block, a dense block (cat),
 and a tiny BERT encoder, all in eval mode."""
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -50,8 +52,31 @@ def test_resnet_block():
         record = check(model, rand(2, 3, 16, 16), atol=1e-4, rtol=1e-4)
     externs = [k.name for k in record.kernels if k.language == "extern"]
     assert len(externs) == 4  # three convolutions and the linear layer
-    assert len(triton_kernels(record)) <= 4
+    # The graph runs channels-last: the input (and on CPU the weights, two of one shape in
+    # one kernel; on CUDA aten converts them) is copied to NHWC by kernels of its own, the
+    # rest fuses into four.
+    layout_copies = [k for k in triton_kernels(record) if "_fused_convolution_" in k.name]
+    assert len(layout_copies) == (3 if DEVICE == "cpu" else 1)
+    assert len(triton_kernels(record)) - len(layout_copies) <= 4
+    assert any("channels-last" in n for n in record.notes)
     assert not [n for n in record.notes if "extern call" in n]
+
+
+def test_channels_last_stores_are_contiguous_across_lanes():
+    """In an NHWC store the channel is the variable taken from `xindex % C`, so a block's
+    neighbouring lanes write neighbouring addresses (coalesced on a GPU)."""
+    model = _randomize_bn(ResBlock()).to(DEVICE)
+    with torch.no_grad():
+        record = check(model, rand(2, 3, 16, 16), atol=1e-4, rtol=1e-4)
+    pointwise = [k for k in triton_kernels(record) if "_poi_" in k.name]
+    assert pointwise
+    for k in pointwise:
+        fastest = re.search(r"(x\d+) = \(xindex % \d+\)", k.source)
+        store = re.search(r"tl\.store\(out_ptr0 \+ \(([^)]*)\)", k.source).group(1)
+        terms = [t.strip() for t in store.split("+")]
+        if fastest is None:  # one flat variable: contiguous by construction
+            continue
+        assert fastest.group(1) in terms, (k.name, store)
 
 
 def test_resnet_block_channels_last():

@@ -94,7 +94,7 @@ def checker_class() -> type | None:
     global _module, _status
     if _module is None and _status is None:
         try:
-            _module = _load(library_path())
+            _module = load_library(library_path())
         except Exception as e:  # any failure means Python guards, as without the extension
             _status = f"{type(e).__name__}: {e}"
     return None if _module is None else _module.TensorChecker
@@ -104,10 +104,11 @@ def status() -> str:
     """How tensor guards are checked in this process, for guard sources and the inspector."""
     if checker_class() is not None:
         return f"C++ (the tensor_guards extension, {built_for()})"
-    return f"Python (the C++ tensor_guards extension is not used: {_status})"
+    return f"Python (the C++ tensor_guards extension is not used: {_status or 'disabled'})"
 
 
-def _load(lib: Path) -> ModuleType:
+def load_library(lib: Path) -> ModuleType:
+    """Import the extension from `lib`, checking its sha256 sidecar and what it was built for."""
     if not lib.exists():
         raise FileNotFoundError(
             f"{lib} is not built; `python -m compiler.runtime.tensor_guards build` builds it"
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         lib = build()
-        _load(lib)
+        load_library(lib)
     except Exception as e:
         print(f"tensor guard extension not built ({type(e).__name__}: {e}); guards run in Python")
         return 1

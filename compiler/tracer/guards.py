@@ -20,7 +20,6 @@ from typing import Any, Callable
 import torch
 
 from compiler.records import Guard, SourceLine
-from compiler.runtime import tensor_guards
 from compiler.tracer.access import AccessPlan, Local
 
 # Types whose values are compared with ==: the graph is specialised on the value itself.
@@ -229,6 +228,10 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     and the tensors wait in `pending` for one `TensorChecker` call, made before any Python
     check or local reads one of them (so a tensor's type is checked before a `.grad` or a
     `.size(0)` is read from it) and at the end."""
+    # imported here, not at the top: `import compiler` must not import it, so that
+    # `python -m compiler.runtime.tensor_guards build` runs the module once
+    from compiler.runtime import tensor_guards
+
     plan = AccessPlan([g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref)
     present = {(g.kind, g.expr) for g in guard_set.guards}
     defined: set[str] = set()
@@ -308,6 +311,8 @@ def _cpp_tensors(guard_set: GuardSet, plan: AccessPlan) -> dict[str, str]:
     """The tensor sources whose metadata the C++ checker can check, each with the local of
     the guard function that holds it: an exact torch.Tensor or nn.Parameter (a subclass may
     answer attribute reads its own way) whose source the plan reads into a local."""
+    from compiler.runtime import tensor_guards
+
     found = {}
     for source, spec in guard_set.tensors.items():
         if spec is None or spec.type not in tensor_guards.CHECKED_TYPES:

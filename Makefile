@@ -15,7 +15,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps lint test lab
+.PHONY: setup system-deps tensor-guards lint test lab
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
-setup: $(STAMP) system-deps
+setup: $(STAMP) system-deps tensor-guards
+
+# The C++ tensor guard extension (compiler/runtime/tensor_guards.cpp, ~3 s), built here so a
+# first compile never waits for it; a cache hit when built. Without it the guards run in Python.
+tensor-guards: $(STAMP)
+	$(PY) -m compiler.runtime.tensor_guards build || echo "tensor guards stay in Python"
 
 # graphviz's `dot` renders the inspector's graphs; chromium drives the browser test.
 system-deps:

@@ -174,7 +174,7 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _is_valid(lib: Path) -> bool:
+def is_valid(lib: Path) -> bool:
     """The library exists and its bytes match the sha256 recorded when it was built."""
     try:
         recorded = lib.with_suffix(".so.sha256").read_text().strip()
@@ -198,13 +198,21 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def build(source: str, flags: Sequence[str] = FLAGS) -> Path:
     """The path of the shared library built from `source`, compiling it unless a valid
     copy is already cached. Raises `CppCompileError` (after one warning) on failure."""
-    tool = toolchain()
     key = cache_key(source, flags)
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     lib = directory / f"{key}.so"
-    if _is_valid(lib):
+    if is_valid(lib):
         return lib
+    compile_library(source, flags, lib)
+    return lib
+
+
+def compile_library(source: str, flags: Sequence[str], lib: Path) -> None:
+    """Compile `source` into the library `lib` (its directory must exist), landing it and
+    its sha256 sidecar atomically. Raises `CppCompileError` (after one warning) on failure."""
+    tool = toolchain()
+    directory, key = lib.parent, lib.name.removesuffix(".so")
     # The source is kept next to the library (useful when reading a crash); it is written
     # atomically too, as its path is what the compiler records in the library's symbols.
     src = directory / f"{key}.cpp"
@@ -242,7 +250,6 @@ def build(source: str, flags: Sequence[str] = FLAGS) -> Path:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
-    return lib
 
 
 def load(source: str, flags: Sequence[str] = FLAGS) -> ctypes.CDLL:

@@ -4,6 +4,11 @@ Each guard is one Python expression over `L` (the frame's locals, cells and stac
 and `G` (the function's globals). An entry's guards are compiled once into a straight-line
 function, one check per line, commented with the user line that caused it; a miss is then
 explained by evaluating the guards one by one.
+
+Where the C++ tensor guard extension is built (compiler/runtime/tensor_guards.py), a tensor's
+metadata checks (exact type, dtype, device, shape, strides, requires_grad) stay in the
+function as comments marked [C++] and run in one call to a `TensorChecker` for many tensors,
+before anything else reads those tensors; without it every check is Python, as written.
 """
 
 from __future__ import annotations
@@ -21,11 +26,31 @@ from compiler.tracer.access import AccessPlan, Local
 CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
 
 
+@dataclass(frozen=True)
+class TensorSpec:
+    """The metadata `GuardSet.tensor` guards for one source, and the guards that check it:
+    what a C++ `TensorChecker` checks in their place."""
+
+    guards: frozenset[tuple[str, str]]  # (kind, expr) of each guard it stands for
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    sizes: tuple[int, ...] | None  # None: symbolic sizes, checked by shapes.py's guards
+    strides: tuple[int, ...] | None  # None: symbolic sizes or a non-strided layout
+    requires_grad: bool
+
+    def as_tuple(self) -> tuple:
+        """The spec as `TensorChecker` takes it."""
+        return (self.type, self.dtype, self.device, self.sizes, self.strides, self.requires_grad)
+
+
 @dataclass
 class GuardSet:
     guards: list[Guard] = field(default_factory=list)
     # Objects the guard expressions refer to (dtypes, devices, types, kept-alive objects).
     namespace: dict[str, Any] = field(default_factory=dict)
+    # Each tensor source's spec; None where one source was guarded as two different tensors.
+    tensors: dict[str, TensorSpec | None] = field(default_factory=dict)
     _seen: set[tuple[str, str]] = field(default_factory=set)
     _names: dict[int, str] = field(default_factory=dict)
 
@@ -54,28 +79,29 @@ class GuardSet:
         shape and stride checks come from compiler/tracer/shapes.py."""
         type_ref = self._ref(type(t), "type")
         dtype_ref = self._ref(t.dtype, "dtype")
-        self.add("TENSOR_MATCH", source, f"type({source}) is {type_ref}", f"{source} is a {type(t).__name__}", line)
-        self.add("TENSOR_MATCH", source, f"{source}.dtype is {dtype_ref}", f"{source} has dtype {t.dtype}", line)
+        checks = [
+            (f"type({source}) is {type_ref}", f"{source} is a {type(t).__name__}"),
+            (f"{source}.dtype is {dtype_ref}", f"{source} has dtype {t.dtype}"),
+        ]
         if t.device.type == "cpu":  # the same test as `.device == cpu`, without building a device
-            self.add("TENSOR_MATCH", source, f"{source}.is_cpu", f"{source} is on cpu", line)
+            checks.append((f"{source}.is_cpu", f"{source} is on cpu"))
         else:
             device_ref = self._ref(t.device, "device")
-            self.add("TENSOR_MATCH", source, f"{source}.device == {device_ref}", f"{source} is on {t.device}", line)
+            checks.append((f"{source}.device == {device_ref}", f"{source} is on {t.device}"))
+        sizes = strides = None
         if shape:
-            size = tuple(t.shape)
-            self.add("TENSOR_MATCH", source, f"{source}.shape == {size!r}", f"{source} has shape {list(size)}", line)
+            sizes = tuple(t.shape)
+            checks.append((f"{source}.shape == {sizes!r}", f"{source} has shape {list(sizes)}"))
         if shape and t.layout == torch.strided:
-            stride = tuple(t.stride())
-            self.add(
-                "TENSOR_MATCH", source, f"{source}.stride() == {stride!r}", f"{source} has strides {stride}", line
-            )
-        self.add(
-            "TENSOR_MATCH",
-            source,
-            f"{source}.requires_grad is {t.requires_grad}",
-            f"{source}.requires_grad is {t.requires_grad}",
-            line,
-        )
+            strides = tuple(t.stride())
+            checks.append((f"{source}.stride() == {strides!r}", f"{source} has strides {strides}"))
+        rg = t.requires_grad
+        checks.append((f"{source}.requires_grad is {rg}", f"{source}.requires_grad is {rg}"))
+        for expr, description in checks:
+            self.add("TENSOR_MATCH", source, expr, description, line)
+        keys = frozenset(("TENSOR_MATCH", expr) for expr, _ in checks)
+        spec = TensorSpec(keys, type(t), t.dtype, t.device, sizes, strides, rg)
+        self.tensors[source] = spec if self.tensors.get(source, spec) == spec else None
 
     def constant(self, source: str, value: Any, line: SourceLine | None = None) -> None:
         if isinstance(value, float) and math.isnan(value):
@@ -196,19 +222,45 @@ def concise(text: str, limit: int = 200) -> str:
 
 def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> CompiledGuards:
     """The entry's guard function: one check per line after the comment that says why, every
-    source prefix read once into a local (see `access.py`) just before its first use."""
+    source prefix read once into a local (see `access.py`) just before its first use.
+
+    With the C++ tensor guard extension, a tensor's metadata checks are comments marked [C++]
+    and the tensors wait in `pending` for one `TensorChecker` call, made before any Python
+    check or local reads one of them (so a tensor's type is checked before a `.grad` or a
+    `.size(0)` is read from it) and at the end."""
+    # imported here, not at the top: `import compiler` must not import it, so that
+    # `python -m compiler.runtime.tensor_guards build` runs the module once
+    from compiler.runtime import tensor_guards
+
     plan = AccessPlan([g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref)
     present = {(g.kind, g.expr) for g in guard_set.guards}
     defined: set[str] = set()
     checks: list[_Check] = []
-    lines = [f"def {name}(L, G):", "    try:"]
+    checker = tensor_guards.checker_class()
+    in_cpp = _cpp_tensors(guard_set, plan) if checker is not None else {}
+    pending: dict[str, tuple[str, TensorSpec]] = {}  # local -> (source, spec), in order
+    checkers: dict[str, Any] = {}  # ___tensorsN -> its TensorChecker
+    lines = [f"def {name}(L, G):"]
+    if guard_set.tensors:
+        lines.append(f"    # tensor checks: {tensor_guards.status()}")
+    lines.append("    try:")
 
     def add_check(g: Guard) -> None:
         expr, needs = plan.rewrite(g.expr, g.source)
+        local = in_cpp.get(g.source)
+        spec = guard_set.tensors.get(g.source)
+        in_cpp_now = local is not None and spec is not None and (g.kind, g.expr) in spec.guards
+        if any(n.name in pending and n.name != (local if in_cpp_now else None) for n in needs):
+            flush()
         define(needs, g.user_line)
         checks.append(_Check(g, expr, plan.rewrite(g.source, g.source)[0], needs))
         where = f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
         lines.append(f"        # {g.description}{where}")
+        if in_cpp_now:
+            assert local is not None and spec is not None
+            pending[local] = (g.source, spec)
+            lines.append(f"        # [C++ ___tensors{len(checkers)}] {expr}")
+            return
         lines.append(f"        if not ({expr}):")
         lines.append("            return False")
 
@@ -223,17 +275,52 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
             lines.append(f"        {local.name} = {local.expr}")
             defined.add(local.name)
 
+    def flush() -> None:
+        """The call that checks the pending tensors."""
+        if not pending:
+            return
+        assert checker is not None
+        ref = f"___tensors{len(checkers)}"
+        specs = tuple(spec.as_tuple() for _, spec in pending.values())
+        checkers[ref] = checker(specs, tensor_guards.CHECKED_TYPES)
+        lines.append(
+            f"        # the {len(pending)} tensors marked [C++ {ref}] above: exact type, dtype,"
+            " device, shape, strides, requires_grad"
+        )
+        lines.append(f"        if not {ref}(")
+        lines.extend(f"            {local}," for local in pending)
+        lines.append("        ):")
+        lines.append("            return False")
+        pending.clear()
+
     for g in guard_set.guards:
         add_check(g)
+    flush()
     plan.release()
     lines.append("    except Exception:  # a value is missing or of another kind")
     lines.append("        return False")
     lines.append("    return True")
     source = "\n".join(lines) + "\n"
-    namespace = dict(guard_set.namespace)
+    namespace = {**guard_set.namespace, **checkers}
     exec(compile(source, f"<guards {name}>", "exec"), namespace)
     guards = [c.guard for c in checks]
     return CompiledGuards(namespace[name], source, guards, namespace, plan, defined, checks)
+
+
+def _cpp_tensors(guard_set: GuardSet, plan: AccessPlan) -> dict[str, str]:
+    """The tensor sources whose metadata the C++ checker can check, each with the local of
+    the guard function that holds it: an exact torch.Tensor or nn.Parameter (a subclass may
+    answer attribute reads its own way) whose source the plan reads into a local."""
+    from compiler.runtime import tensor_guards
+
+    found = {}
+    for source, spec in guard_set.tensors.items():
+        if spec is None or spec.type not in tensor_guards.CHECKED_TYPES:
+            continue
+        expr, needs = plan.rewrite(source, source)
+        if any(n.name == expr for n in needs):
+            found[source] = expr
+    return found
 
 
 _MISSING = object()

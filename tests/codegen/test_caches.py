@@ -114,7 +114,7 @@ def test_a_damaged_cpp_library_is_rebuilt_not_loaded(damage, own_cache):
     out, record, _ = compile_and_run(fn, x, y)
     assert record.fallback is None, record.fallback
     torch.testing.assert_close(out, fn(x, y))
-    assert cpp_build._is_valid(lib)
+    assert cpp_build.is_valid(lib)
 
 
 # ---- max-autotune configs ----------------------------------------------------------------------
@@ -231,6 +231,6 @@ def test_processes_compiling_the_same_kernels_at_once(own_cache, tmp_path):
     files = _files(own_cache)
     assert not [p for p in files if p.name.endswith(".tmp")], files
     libraries = [p for p in files if p.suffix == ".so"]
-    assert len(libraries) == 1 and cpp_build._is_valid(libraries[0])
+    assert len(libraries) == 1 and cpp_build.is_valid(libraries[0])
     for module in [p for p in files if p.suffix == ".py"]:
         compile(module.read_text(), str(module), "exec")  # whole files, not interleaved ones

@@ -45,7 +45,7 @@ def test_build_and_load(cache):
     lib = cpp_build.load(source)
     assert _call(lib, name, 2, 40) == 42
     built = list(cache.glob("*.so"))
-    assert len(built) == 1 and cpp_build._is_valid(built[0])
+    assert len(built) == 1 and cpp_build.is_valid(built[0])
     assert not list(cache.glob("*.tmp")), "temporary files must not be left behind"
 
 
@@ -83,9 +83,9 @@ def test_corrupt_library_is_rebuilt_not_loaded(cache, damage):
         lib.write_bytes(b"\x7fELF" + b"\0" * 100)
     else:
         lib.with_suffix(".so.sha256").unlink()
-    assert not cpp_build._is_valid(lib)
+    assert not cpp_build.is_valid(lib)
     rebuilt = cpp_build.build(source)
-    assert rebuilt == lib and cpp_build._is_valid(lib)
+    assert rebuilt == lib and cpp_build.is_valid(lib)
     assert _call(cpp_build.load(source), name, 1, 2) == 3
 
 
@@ -105,7 +105,7 @@ def test_concurrent_processes_share_one_library(cache, tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     libs = list(cache.glob("*.so"))
-    assert len(libs) == 1 and cpp_build._is_valid(libs[0])
+    assert len(libs) == 1 and cpp_build.is_valid(libs[0])
     assert not list(cache.glob("*.tmp"))
 
 

@@ -52,7 +52,49 @@ def test_nested_sequential_reads_each_prefix_once():
     assert not [c for c in checks if "L[" in c or "][" in c], checks
 
 
-def test_guard_function_text_for_one_child():
+PYTHON_TENSOR_CHECKS = (
+    "        # L['self'][0].k is a Tensor\n"
+    "        if not (type(L_self_0_k) is ___type):\n"
+    "            return False\n"
+    "        # L['self'][0].k has dtype torch.float32\n"
+    "        if not (L_self_0_k.dtype is ___dtype):\n"
+    "            return False\n"
+    "        # L['self'][0].k is on cpu\n"
+    "        if not (L_self_0_k.is_cpu):\n"
+    "            return False\n"
+    "        # L['self'][0].k has shape [2]\n"
+    "        if not (L_self_0_k.shape == (2,)):\n"
+    "            return False\n"
+    "        # L['self'][0].k has strides (1,)\n"
+    "        if not (L_self_0_k.stride() == (1,)):\n"
+    "            return False\n"
+    "        # L['self'][0].k.requires_grad is False\n"
+    "        if not (L_self_0_k.requires_grad is False):\n"
+    "            return False\n"
+)
+CPP_TENSOR_CHECKS = (
+    "        # L['self'][0].k is a Tensor\n"
+    "        # [C++ ___tensors] type(L_self_0_k) is ___type\n"
+    "        # L['self'][0].k has dtype torch.float32\n"
+    "        # [C++ ___tensors] L_self_0_k.dtype is ___dtype\n"
+    "        # L['self'][0].k is on cpu\n"
+    "        # [C++ ___tensors] L_self_0_k.is_cpu\n"
+    "        # L['self'][0].k has shape [2]\n"
+    "        # [C++ ___tensors] L_self_0_k.shape == (2,)\n"
+    "        # L['self'][0].k has strides (1,)\n"
+    "        # [C++ ___tensors] L_self_0_k.stride() == (1,)\n"
+    "        # L['self'][0].k.requires_grad is False\n"
+    "        # [C++ ___tensors] L_self_0_k.requires_grad is False\n"
+    "        # the 2 tensors marked [C++ ___tensors] above: exact type, dtype, device, shape, strides, requires_grad\n"
+    "        if not ___tensors(\n"
+    "            L_input,\n"
+    "            L_self_0_k,\n"
+    "        ):\n"
+    "            return False\n"
+)
+
+
+def test_guard_function_text_for_one_child(guard_path):
     source = guard_source(nn.Sequential(Scale(2.0)), torch.randn(2))
     source = re.sub(r"  \(.*:\d+\)$", "", source, flags=re.M)  # user lines: paths vary
     source = re.sub(r"___(\w+?)\d+", r"___\1", source)  # namespace numbering
@@ -63,25 +105,9 @@ def test_guard_function_text_for_one_child():
         "        if not (type(L_self_0) is ___type):\n"
         "            return False\n"
         "        L_self_0_k = L_self_0._buffers['k']\n"
-        "        # L['self'][0].k is a Tensor\n"
-        "        if not (type(L_self_0_k) is ___type):\n"
-        "            return False\n"
-        "        # L['self'][0].k has dtype torch.float32\n"
-        "        if not (L_self_0_k.dtype is ___dtype):\n"
-        "            return False\n"
-        "        # L['self'][0].k is on cpu\n"
-        "        if not (L_self_0_k.is_cpu):\n"
-        "            return False\n"
-        "        # L['self'][0].k has shape [2]\n"
-        "        if not (L_self_0_k.shape == (2,)):\n"
-        "            return False\n"
-        "        # L['self'][0].k has strides (1,)\n"
-        "        if not (L_self_0_k.stride() == (1,)):\n"
-        "            return False\n"
-        "        # L['self'][0].k.requires_grad is False\n"
-        "        if not (L_self_0_k.requires_grad is False):\n"
-        "            return False\n"
-    )
+    ) + (CPP_TENSOR_CHECKS if guard_path == "cpp" else PYTHON_TENSOR_CHECKS)
+    path = "C++ (the tensor_guards extension" if guard_path == "cpp" else "Python (the C++"
+    assert f"    # tensor checks: {path}" in source
 
 
 # ---- which steps take the short path ----------------------------------------------------

@@ -14,6 +14,9 @@ import compiler
 
 from .helpers import RecordingBackend, assert_same, assert_same_exception, clone, run
 
+# Each test runs with the tensor checks in C++ and in Python (conftest.py's guard_path).
+pytestmark = pytest.mark.usefixtures("guard_path")
+
 
 def call_both(fn, compiled, *args, **kwargs):
     """One differential call: eager and compiled on clones, outputs and inputs compared."""

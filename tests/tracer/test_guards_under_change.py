@@ -20,6 +20,9 @@ import compiler
 
 from .helpers import assert_same, assert_same_exception, clone, run
 
+# Each test runs with the tensor checks in C++ and in Python (conftest.py's guard_path).
+pytestmark = pytest.mark.usefixtures("guard_path")
+
 BACKENDS = ["inductor", "aot_eager"]
 
 

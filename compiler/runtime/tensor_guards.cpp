@@ -1,0 +1,293 @@
+// Tensor guards in C++: one call checks the metadata of many tensors.
+//
+// A guard function (compiler/tracer/guards.py) checks each tensor input's exact Python type,
+// dtype, device, sizes, strides and requires_grad. In Python each is an attribute read
+// through torch's getters (50-130 ns); a resnet's ~100 parameters make that most of a call's
+// guard time. A `TensorChecker` is built once per guard function with the expected metadata
+// and called with the tensors as positional arguments; it answers True when every tensor
+// matches, as the Python checks it replaces would.
+//
+// Only small torch headers are included (TensorImpl, the dtype and device objects), not
+// torch/extension.h or python_variable.h (pybind11 and all of ATen: 30 s to compile).
+// The TensorImpl is reached through `Tensor._cdata`, the getter torch has long had that
+// returns the TensorImpl's address, called through its descriptor (no attribute lookup).
+// The checker accepts only torch.Tensor and nn.Parameter (see `TensorChecker.__init__`
+// below): a subclass can change what its attributes return, so it is checked in Python.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <c10/core/TensorImpl.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+
+#include <cstdint>
+#include <vector>
+
+#ifndef JC_BUILT_FOR
+#error "build with -DJC_BUILT_FOR=\"torch <version>, Python <version>\""
+#endif
+
+namespace {
+
+// The `_cdata` getter of torch._C.TensorBase and its descriptor's __get__.
+PyObject* cdata_descr = nullptr;
+descrgetfunc cdata_get = nullptr;
+// torch.dtype and torch.device, read from torch._C rather than linked against
+// libtorch_python (THPDtypeType, THPDeviceType): the extension links only to c10.
+PyObject* dtype_type = nullptr;
+PyObject* device_type = nullptr;
+
+struct Expected {
+  PyTypeObject* type;  // exact type; kept alive by the checker's `specs` tuple
+  c10::ScalarType dtype;
+  bool cpu;  // `t.is_cpu`, as the Python guard tests a cpu tensor (any index)
+  c10::Device device{c10::DeviceType::CPU};  // otherwise `t.device == device`
+  bool has_sizes;  // false for a tensor with symbolic sizes (checked in Python)
+  std::vector<int64_t> sizes;
+  bool has_strides;  // false for symbolic sizes and non-strided layouts
+  std::vector<int64_t> strides;
+  bool requires_grad;
+};
+
+struct Checker {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* specs;  // the tuple the checker was built from (shown by repr, keeps types alive)
+  std::vector<Expected>* expected;
+};
+
+// 1: the tensor matches; 0: it does not; -1: a Python error is set.
+int check_one(const Expected& e, PyObject* obj) {
+  if (Py_TYPE(obj) != e.type) {
+    return 0;
+  }
+  PyObject* address = cdata_get(cdata_descr, obj, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  if (address == nullptr) {
+    return -1;
+  }
+  auto* impl = static_cast<c10::TensorImpl*>(PyLong_AsVoidPtr(address));
+  Py_DECREF(address);
+  if (impl == nullptr) {
+    return PyErr_Occurred() ? -1 : 0;
+  }
+  // A tensor whose sizes, strides or device cannot be read (a sparse tensor has no strides,
+  // a nested one no sizes) raises in Python too, where the guard function returns False.
+  try {
+    if (impl->dtype().toScalarType() != e.dtype) {
+      return 0;
+    }
+    if (e.cpu ? !impl->is_cpu() : impl->device() != e.device) {
+      return 0;
+    }
+    if (e.has_sizes) {
+      c10::IntArrayRef sizes = impl->sizes();
+      if (!sizes.equals(e.sizes)) {
+        return 0;
+      }
+    }
+    if (e.has_strides) {
+      c10::IntArrayRef strides = impl->strides();
+      if (!strides.equals(e.strides)) {
+        return 0;
+      }
+    }
+    if (impl->requires_grad() != e.requires_grad) {
+      return 0;
+    }
+  } catch (...) {
+    return 0;
+  }
+  return 1;
+}
+
+PyObject* checker_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* checker = reinterpret_cast<Checker*>(self);
+  const std::vector<Expected>& expected = *checker->expected;
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) ||
+      n != static_cast<Py_ssize_t>(expected.size())) {
+    PyErr_Format(PyExc_TypeError, "TensorChecker takes %zd positional arguments, got %zd",
+                 static_cast<Py_ssize_t>(expected.size()), n);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    int ok = check_one(expected[i], args[i]);
+    if (ok == 0) {
+      Py_RETURN_FALSE;
+    }
+    if (ok < 0) {
+      // As the guard function's `except Exception`: an error means the guard fails; only
+      // KeyboardInterrupt and its kind go through.
+      if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        return nullptr;
+      }
+      PyErr_Clear();
+      Py_RETURN_FALSE;
+    }
+  }
+  Py_RETURN_TRUE;
+}
+
+bool read_ints(PyObject* seq, std::vector<int64_t>& out) {
+  PyObject* fast = PySequence_Fast(seq, "sizes and strides are sequences of ints");
+  if (fast == nullptr) {
+    return false;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return false;
+    }
+    out.push_back(static_cast<int64_t>(v));
+  }
+  Py_DECREF(fast);
+  return true;
+}
+
+// One spec: (type, dtype, device, sizes or None, strides or None, requires_grad).
+bool read_spec(PyObject* spec, PyObject* allowed, Expected& e) {
+  PyObject *type, *dtype, *device, *sizes, *strides;
+  int requires_grad;
+  if (!PyTuple_Check(spec) ||
+      !PyArg_ParseTuple(spec, "OOOOOp", &type, &dtype, &device, &sizes, &strides, &requires_grad)) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_TypeError, "a spec is a tuple");
+    }
+    return false;
+  }
+  int ok = PySequence_Contains(allowed, type);
+  if (ok <= 0) {
+    if (ok == 0) {
+      PyErr_SetString(PyExc_TypeError, "TensorChecker checks torch.Tensor and nn.Parameter only");
+    }
+    return false;
+  }
+  if (reinterpret_cast<PyObject*>(Py_TYPE(dtype)) != dtype_type ||
+      reinterpret_cast<PyObject*>(Py_TYPE(device)) != device_type) {
+    PyErr_SetString(PyExc_TypeError, "a spec's dtype and device are torch.dtype and torch.device");
+    return false;
+  }
+  e.type = reinterpret_cast<PyTypeObject*>(type);
+  e.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+  e.device = reinterpret_cast<THPDevice*>(device)->device;
+  e.cpu = e.device.type() == c10::DeviceType::CPU;
+  e.has_sizes = sizes != Py_None;
+  e.has_strides = strides != Py_None;
+  e.requires_grad = requires_grad != 0;
+  return (!e.has_sizes || read_ints(sizes, e.sizes)) &&
+         (!e.has_strides || read_ints(strides, e.strides));
+}
+
+PyObject* checker_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *specs, *allowed;
+  static const char* names[] = {"specs", "allowed_types", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!", const_cast<char**>(names),
+                                   &PyTuple_Type, &specs, &PyTuple_Type, &allowed)) {
+    return nullptr;
+  }
+  auto expected = new std::vector<Expected>(PyTuple_GET_SIZE(specs));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(specs); ++i) {
+    if (!read_spec(PyTuple_GET_ITEM(specs, i), allowed, (*expected)[i])) {
+      delete expected;
+      return nullptr;
+    }
+  }
+  auto* self = reinterpret_cast<Checker*>(type->tp_alloc(type, 0));
+  if (self == nullptr) {
+    delete expected;
+    return nullptr;
+  }
+  self->vectorcall = checker_call;
+  Py_INCREF(specs);
+  self->specs = specs;
+  self->expected = expected;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void checker_dealloc(PyObject* self) {
+  auto* checker = reinterpret_cast<Checker*>(self);
+  delete checker->expected;
+  Py_XDECREF(checker->specs);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* checker_repr(PyObject* self) {
+  return PyUnicode_FromFormat("<TensorChecker of %zd tensors>",
+                              PyTuple_GET_SIZE(reinterpret_cast<Checker*>(self)->specs));
+}
+
+PyMemberDef checker_members[] = {
+    {"specs", T_OBJECT, offsetof(Checker, specs), READONLY, "the expected metadata, per tensor"},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__jc_tensor_guards() {
+  // torch's dtype and device types and the `_cdata` getter come from torch._C, which must be
+  // imported (the build step and the guards both run with torch loaded).
+  PyObject* torch_c = PyImport_ImportModule("torch._C");
+  if (torch_c == nullptr) {
+    return nullptr;
+  }
+  PyObject* base = PyObject_GetAttrString(torch_c, "TensorBase");
+  dtype_type = PyObject_GetAttrString(torch_c, "dtype");
+  device_type = PyObject_GetAttrString(torch_c, "device");
+  Py_DECREF(torch_c);
+  if (dtype_type == nullptr || device_type == nullptr) {
+    Py_XDECREF(base);
+    return nullptr;
+  }
+  if (base == nullptr) {
+    return nullptr;
+  }
+  cdata_descr = PyObject_GetAttrString(base, "_cdata");  // the descriptor itself, from the type
+  Py_DECREF(base);
+  if (cdata_descr == nullptr) {
+    return nullptr;
+  }
+  cdata_get = Py_TYPE(cdata_descr)->tp_descr_get;
+  if (cdata_get == nullptr) {
+    PyErr_SetString(PyExc_ImportError, "torch._C.TensorBase._cdata is not a descriptor");
+    return nullptr;
+  }
+
+  CheckerType.tp_name = "_jc_tensor_guards.TensorChecker";
+  CheckerType.tp_doc =
+      "TensorChecker(specs, allowed_types): called with one tensor per spec, True when each "
+      "has the spec's exact type, dtype, device, sizes, strides and requires_grad.";
+  CheckerType.tp_basicsize = sizeof(Checker);
+  CheckerType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  CheckerType.tp_vectorcall_offset = offsetof(Checker, vectorcall);
+  CheckerType.tp_call = PyVectorcall_Call;
+  CheckerType.tp_new = checker_new;
+  CheckerType.tp_dealloc = checker_dealloc;
+  CheckerType.tp_repr = checker_repr;
+  CheckerType.tp_members = checker_members;
+  if (PyType_Ready(&CheckerType) < 0) {
+    return nullptr;
+  }
+
+  module_def.m_name = "_jc_tensor_guards";
+  module_def.m_doc = "Tensor metadata guards for jupyter-compile (compiler/runtime/tensor_guards.py).";
+  module_def.m_size = -1;
+  PyObject* module = PyModule_Create(&module_def);
+  if (module == nullptr) {
+    return nullptr;
+  }
+  Py_INCREF(&CheckerType);
+  if (PyModule_AddObject(module, "TensorChecker", reinterpret_cast<PyObject*>(&CheckerType)) < 0 ||
+      PyModule_AddStringConstant(module, "BUILT_FOR", JC_BUILT_FOR) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

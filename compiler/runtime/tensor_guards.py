@@ -1,0 +1,146 @@
+"""The C++ tensor guard extension (tensor_guards.cpp): build it ahead of time, load it if built.
+
+A guard function checks ~6 attributes of every tensor input, each a Python attribute read;
+for a resnet's ~100 parameters that is most of a call's guard time. The extension's
+`TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which).
+
+It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
+compiling a user's function: a first compile must not wait for a C++ build. At runtime it is
+loaded if present; when it is absent, stale or fails to load, the guards stay in Python and
+the guard source says why.
+
+The library lives in the C++ cache (`cpp_build.cache_dir()`/tensor_guards), named by the
+torch version, the Python version and the sha256 of the source and flags, so another torch or Python
+(a shared home directory, a second venv) builds and loads its own. It lands atomically with a
+sha256 sidecar (`cpp_build.compile_library`), and one that does not match it is not loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.machinery
+import importlib.util
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from compiler.runtime import cpp_build
+
+SOURCE = Path(__file__).with_name("tensor_guards.cpp")
+MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
+
+# The tensor types the checker takes: a subclass may change what its attributes return
+# (`__torch_function__`, properties), so its checks stay in Python.
+CHECKED_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+_module: ModuleType | None = None
+_status: str | None = None  # why the extension is not used, once a load was tried
+
+
+def built_for() -> str:
+    """The torch and Python the library must have been built for."""
+    return f"torch {torch.__version__}, Python {sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def library_path() -> Path:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update("\0".join(flags()).encode())  # the include paths and ABI: another torch install
+    digest = h.hexdigest()[:16]
+    torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
+    python_tag = sys.implementation.cache_tag  # cpython-311
+    return cpp_build.cache_dir() / "tensor_guards" / f"torch{torch_tag}-{python_tag}-{digest}.so"
+
+
+def flags() -> list[str]:
+    """Compiler flags: torch's and Python's headers, and c10 (TensorImpl's out-of-line
+    methods) from torch's own lib folder; torch's Python types are read from torch._C."""
+    torch_include = Path(torch.__file__).parent / "include"
+    torch_lib = Path(torch.__file__).parent / "lib"
+    abi = int(torch.compiled_with_cxx11_abi())
+    return [
+        "-O2",
+        "-std=c++20",  # torch 2.14's c10 headers need it; older ones compile under it too
+        "-shared",
+        "-fPIC",
+        f"-I{sysconfig.get_paths()['include']}",
+        f"-I{torch_include}",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f'-DJC_BUILT_FOR="{built_for()}"',
+        f"-L{torch_lib}",
+        "-Wl,--no-as-needed",  # the libraries come before the source on the command line
+        "-lc10",
+        f"-Wl,-rpath,{torch_lib}",
+    ]
+
+
+def build() -> Path:
+    """Build the library unless a valid one is cached; raises `cpp_build.CppCompileError`."""
+    lib = library_path()
+    if cpp_build.is_valid(lib):
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    cpp_build.compile_library(SOURCE.read_text(), flags(), lib)
+    return lib
+
+
+def checker_class() -> type | None:
+    """The extension's `TensorChecker`, or None when it is not built or cannot be loaded
+    (then `status()` says why). Loads at most once per process; never builds."""
+    global _module, _status
+    if _module is None and _status is None:
+        try:
+            _module = load_library(library_path())
+        except Exception as e:  # any failure means Python guards, as without the extension
+            _status = f"{type(e).__name__}: {e}"
+    return None if _module is None else _module.TensorChecker
+
+
+def status() -> str:
+    """How tensor guards are checked in this process, for guard sources and the inspector."""
+    if checker_class() is not None:
+        return f"C++ (the tensor_guards extension, {built_for()})"
+    return f"Python (the C++ tensor_guards extension is not used: {_status or 'disabled'})"
+
+
+def load_library(lib: Path) -> ModuleType:
+    """Import the extension from `lib`, checking its sha256 sidecar and what it was built for."""
+    if not lib.exists():
+        raise FileNotFoundError(
+            f"{lib} is not built; `python -m compiler.runtime.tensor_guards build` builds it"
+        )
+    if not cpp_build.is_valid(lib):
+        raise ImportError(f"{lib} does not match its recorded sha256 (rebuild it)")
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(lib))
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, lib, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    if module.BUILT_FOR != built_for():
+        raise ImportError(f"{lib} was built for {module.BUILT_FOR}, not {built_for()}")
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compiler.runtime.tensor_guards", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("command", choices=["build"])
+    parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        lib = build()
+        load_library(lib)
+    except Exception as e:
+        print(f"tensor guard extension not built ({type(e).__name__}: {e}); guards run in Python")
+        return 1
+    print(f"tensor guard extension: {lib} ({time.perf_counter() - start:.1f} s, {built_for()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The C++ tensor guard extension on its own: what a TensorChecker accepts and rejects, where
+the library is cached, and that a missing or damaged library means Python guards."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from compiler.runtime import cpp_build, tensor_guards
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.mktemp("tensor-guards-cache")))
+        try:
+            lib = tensor_guards.build()
+        except cpp_build.CppCompileError as e:
+            pytest.skip(f"the tensor guard extension cannot be built here: {e}")
+        yield lib
+
+
+@pytest.fixture
+def Checker(cache):
+    return tensor_guards.load_library(cache).TensorChecker
+
+
+def spec_of(t: torch.Tensor, shape: bool = True) -> tuple:
+    strided = shape and t.layout == torch.strided
+    return (
+        type(t),
+        t.dtype,
+        t.device,
+        tuple(t.shape) if shape else None,
+        t.stride() if strided else None,
+        t.requires_grad,
+    )
+
+
+def checker_for(Checker, *tensors, shape: bool = True):
+    return Checker(tuple(spec_of(t, shape) for t in tensors), tensor_guards.CHECKED_TYPES)
+
+
+def test_matching_tensors_pass(Checker):
+    x, w = torch.randn(2, 3), nn.Parameter(torch.randn(3, 4))
+    check = checker_for(Checker, x, w)
+    assert check(x, w) is True
+    assert check(torch.randn(2, 3), nn.Parameter(torch.randn(3, 4))) is True
+    assert repr(check) == "<TensorChecker of 2 tensors>"
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        torch.randn(2, 3, dtype=torch.float64),
+        torch.randn(3, 2),
+        torch.randn(2, 3, 1),
+        torch.randn(3, 2).t(),
+        torch.randn(2, 6)[:, ::2],
+        torch.randn(2, 3, requires_grad=True),
+        torch.empty(2, 3, device="meta"),
+        torch.randn(2, 3).to_sparse(),
+        nn.Parameter(torch.randn(2, 3), requires_grad=False),
+        torch.randn(2, 3).as_subclass(type("Sub", (torch.Tensor,), {})),
+        2.0,
+        None,
+        [[0.0] * 3] * 2,
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, torch.Tensor) else None,
+)
+def test_any_change_fails(Checker, changed):
+    x = torch.randn(2, 3)
+    assert checker_for(Checker, x)(changed) is False
+
+
+def test_parameter_changes_fail(Checker):
+    w = nn.Parameter(torch.randn(3, 4))
+    check = checker_for(Checker, w)
+    assert check(w)
+    w.requires_grad_(False)
+    assert not check(w)
+    w.requires_grad_(True)
+    w.data = torch.randn(4, 3)
+    assert not check(w)
+    w.data = torch.randn(4, 3).t()  # shape (3, 4) again, strides (1, 3)
+    assert not check(w)
+    w.data = torch.randn(3, 4)
+    assert check(w)
+    assert not check(w.detach())  # a Tensor, not a Parameter
+
+
+def test_without_shape_only_type_dtype_device_and_grad_are_checked(Checker):
+    check = checker_for(Checker, torch.randn(2, 3), shape=False)
+    assert check(torch.randn(5, 7, 1))
+    assert not check(torch.randn(5, dtype=torch.float16))
+
+
+def test_cpu_is_any_cpu_index_as_is_cpu(Checker):
+    spec = (torch.Tensor, torch.float32, torch.device("cpu", 0), (2,), (1,), False)
+    assert Checker((spec,), tensor_guards.CHECKED_TYPES)(torch.randn(2))
+
+
+def test_misuse_raises(Checker):
+    check = checker_for(Checker, torch.randn(2))
+    with pytest.raises(TypeError, match="takes 1 positional"):
+        check()
+    with pytest.raises(TypeError):
+        check(torch.randn(2), t=1)
+    sub = type("Sub", (torch.Tensor,), {})
+    with pytest.raises(TypeError, match="torch.Tensor and nn.Parameter only"):
+        Checker(
+            ((sub, torch.float32, torch.device("cpu"), None, None, False),),
+            tensor_guards.CHECKED_TYPES,
+        )
+    with pytest.raises(TypeError):
+        Checker(
+            ((torch.Tensor, "float32", torch.device("cpu"), None, None, False),),
+            tensor_guards.CHECKED_TYPES,
+        )
+
+
+def test_library_is_keyed_by_torch_python_and_source(cache):
+    name = cache.name
+    assert torch.__version__.replace("+", "_").replace(".", "_") in name
+    assert sys.implementation.cache_tag in name
+    mtime = cache.stat().st_mtime_ns
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COMPILER_CACHE_DIR", str(cache.parent.parent.parent))
+        assert tensor_guards.build() == cache  # a cache hit: not compiled again
+    assert cache.stat().st_mtime_ns == mtime
+
+
+def test_damaged_or_missing_library_means_python_guards(cache, tmp_path, monkeypatch):
+    damaged = tmp_path / cache.name
+    damaged.write_bytes(cache.read_bytes()[:1000])
+    (tmp_path / (cache.name + ".sha256")).write_text(cache.with_suffix(".so.sha256").read_text())
+    with pytest.raises(ImportError, match="sha256"):
+        tensor_guards.load_library(damaged)
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr(tensor_guards, "_module", None)
+    monkeypatch.setattr(tensor_guards, "_status", None)
+    assert tensor_guards.checker_class() is None
+    assert tensor_guards.status().startswith("Python (the C++ tensor_guards extension is not used")
+    assert "is not built" in tensor_guards.status()
+
+
+def test_build_command(cache, monkeypatch, capsys):
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(cache.parent.parent.parent))
+    assert tensor_guards.main(["build"]) == 0
+    assert str(cache) in capsys.readouterr().out

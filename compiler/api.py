@@ -93,8 +93,8 @@ def _prepare(backend: str) -> None:
     """The one-time setup of a process's first trace, paid when a function is wrapped (as
     torch.compile imports its machinery when it wraps) so that the first call only compiles:
     torch's ShapeEnv imports its symbolic-shape machinery on first use (about 3 s on a
-    CI-class CPU), and the code generator's decomposition table collects every composite
-    aten op (about 0.5 s)."""
+    CI-class CPU), the code generator's decomposition table collects every composite aten
+    op (about 0.5 s), and on a CUDA machine Triton's compile workers start."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     ShapeEnv()
@@ -102,6 +102,12 @@ def _prepare(backend: str) -> None:
         from compiler.aot.decompositions import decomposition_table
 
         decomposition_table()
+        from compiler.runtime import triton_launch
+
+        if torch.cuda.is_available() and not triton_launch.INTERPRET:
+            from compiler.runtime import compile_workers
+
+            compile_workers.start()  # they import Triton while the first trace runs
 
 
 def optimize(

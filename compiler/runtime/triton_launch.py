@@ -129,6 +129,28 @@ class TritonKernel:
         )
         compiled[(1, 1, 1)]  # indexing loads the module and builds the launcher
 
+    def specialisation(self, args_dtypes: Sequence[torch.dtype]) -> str | None:
+        """Triton's specialisation data (JSON) for the compile `warm` would do, captured by
+        its `jit_cache_hook` without compiling; None when the kernel is already compiled."""
+        from triton import knobs
+
+        captured: list[str] = []
+
+        def hook(*, compile: dict, **_: Any) -> bool:
+            captured.append(compile["specialization_data"])
+            return True  # skip the compile
+
+        blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
+        previous = knobs.runtime.jit_cache_hook
+        knobs.runtime.jit_cache_hook = hook
+        try:
+            self.fn.warmup(*args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks)
+        except Exception:
+            return None
+        finally:
+            knobs.runtime.jit_cache_hook = previous
+        return captured[0] if captured else None
+
     def _tune(self, args: Sequence[Any]) -> None:
         from triton.testing import do_bench
 
@@ -163,9 +185,11 @@ def read_tuned(path: Path, default: dict) -> dict | None:
 def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:
     device = "interpreter" if INTERPRET else "cuda"
     module, _ = load_module(kernel.source, device)
-    return TritonKernel(
+    loaded = TritonKernel(
         getattr(module, kernel.name), kernel, mode, source_key(kernel.source, device)
     )
+    loaded.module = (module.__file__, module.__name__)  # where a compile worker finds it
+    return loaded
 
 
 def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:
@@ -180,6 +204,33 @@ def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> N
         except Exception:
             pass
 
+    in_workers(kernels)
     workers = int(os.environ.get("COMPILER_COMPILE_THREADS", min(8, os.cpu_count() or 1)))
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
         list(pool.map(warm, kernels))
+
+
+def in_workers(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:
+    """Compile the kernels in the worker processes (compiler/runtime/compile_workers.py),
+    when they were started, into Triton's cache, where `warm` then finds them."""
+    from compiler.runtime import compile_workers
+
+    workers = compile_workers.pool()
+    if workers is None:
+        return
+    from triton.runtime import driver
+
+    target = driver.active.get_current_target()
+    requests = []
+    for kernel, dtypes in kernels:
+        spec = kernel.specialisation(dtypes)
+        module = getattr(kernel, "module", None)
+        if spec is not None and module is not None:
+            requests.append(
+                compile_workers.Request(
+                    module[0], module[1], kernel.name, spec,
+                    (target.backend, target.arch, target.warp_size),
+                )
+            )  # fmt: skip
+    if requests:
+        workers.compile_all(requests)

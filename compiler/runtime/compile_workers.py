@@ -5,9 +5,9 @@ holds the GIL, so compile threads take turns: on the H100's 16-core host, resnet
 kernels took 3.1 s of a 5 s cold start in 8 threads, each kernel 0.3-0.5 s alone. Workers
 are plain Python processes that import only Triton. They are started when `compile()` first
 wraps a function on a CUDA machine, so they start while the tracer runs. Each compiles a
-kernel into Triton's on-disk cache from the specialisation the parent's JITFunction would
-compile (captured through Triton's `jit_cache_hook` without compiling); the parent's own
-compile of that kernel then finds it in the cache.
+kernel, and its launcher, into Triton's on-disk cache from the specialisation the parent's
+JITFunction would compile (captured through Triton's `jit_cache_hook` without compiling); the
+parent's own compile of that kernel then finds both in the cache.
 
 Nothing depends on them: a worker that is missing, slow, or fails only leaves the parent to
 compile that kernel itself, as without workers.
@@ -67,7 +67,12 @@ for line in sys.stdin:
         signature = {k: listless(v) for k, v in data["signature"].items()}
         options = {k: listless(v) for k, v in data["options"].items()}
         src = ASTSource(fn, signature, constexprs, attrs)
-        triton.compile(src, target=GPUTarget(*req["target"]), options=options)
+        kernel = triton.compile(src, target=GPUTarget(*req["target"]), options=options)
+        try:  # its launcher too, which Triton builds with the C compiler, into the same cache
+            from triton.backends.nvidia.driver import CudaLauncher
+            CudaLauncher(kernel.src, kernel.metadata)
+        except Exception:
+            pass  # another Triton: the parent builds it
         answer = {"ok": True}
     except Exception as exc:
         answer = {"ok": False, "error": repr(exc)[:300]}
@@ -159,7 +164,19 @@ def start(size: int | None = None) -> Pool:
         n = size or int(os.environ.get("COMPILER_COMPILE_WORKERS", min(16, os.cpu_count() or 1)))
         _pool = Pool(max(n, 1))
         atexit.register(_pool.close)
+        # Triton's CUDA driver builds its own C module with the C compiler the first time
+        # it is used (about 1 s in a fresh cache): here, while the tracer runs.
+        threading.Thread(target=_init_driver, daemon=True).start()
     return _pool
+
+
+def _init_driver() -> None:
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+    except Exception:
+        pass  # the first compile meets the same error and reports it
 
 
 def pool() -> Pool | None:

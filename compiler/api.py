@@ -107,7 +107,8 @@ def _prepare(backend: str) -> None:
         if torch.cuda.is_available() and not triton_launch.INTERPRET:
             from compiler.runtime import compile_workers
 
-            compile_workers.start()  # they import Triton while the first trace runs
+            if compile_workers.wanted() > 0:
+                compile_workers.start()  # they import Triton while the first trace runs
 
 
 def optimize(

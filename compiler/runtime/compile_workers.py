@@ -161,13 +161,18 @@ def start(size: int | None = None) -> Pool:
     background; nothing waits for them here)."""
     global _pool
     if _pool is None:
-        n = size or int(os.environ.get("COMPILER_COMPILE_WORKERS", min(16, os.cpu_count() or 1)))
-        _pool = Pool(max(n, 1))
+        _pool = Pool(max(size or wanted(), 1))
         atexit.register(_pool.close)
         # Triton's CUDA driver builds its own C module with the C compiler the first time
         # it is used (about 1 s in a fresh cache): here, while the tracer runs.
         threading.Thread(target=_init_driver, daemon=True).start()
     return _pool
+
+
+def wanted() -> int:
+    """How many workers: COMPILER_COMPILE_WORKERS (0: none, the parent compiles in threads),
+    else one per core up to 16."""
+    return int(os.environ.get("COMPILER_COMPILE_WORKERS", min(16, os.cpu_count() or 1)))
 
 
 def _init_driver() -> None:

@@ -97,6 +97,12 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
         raise Break(f"attribute {name!r} of a {obj.cls.__name__} built during tracing")
     if isinstance(obj, FunctionVar) and name in ("__name__", "__qualname__"):
         return ConstVar(obj.get_code().co_name)
+    if isinstance(obj, FunctionVar) and name == "__module__":
+        # torchvision's _log_api_usage_once(fn) names the function it is called for
+        module = obj.fn.__module__ if obj.fn is not None else obj.get_globals().get("__name__")
+        return ConstVar(module)
+    if isinstance(obj, FunctionVar) and name == "__class__":
+        return ObjVar(types.FunctionType)
     if isinstance(obj, SuperVar):
         return _super_attr(tx, obj, name)
     raise Break(f"attribute {name!r} of {describe(obj)} is not traced")

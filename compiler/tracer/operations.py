@@ -355,10 +355,30 @@ def as_dict(tx: Tracer, v: Var) -> DictVar:
 # ---- operators ----------------------------------------------------------------------------------
 
 
+_OUT_OF_PLACE = {
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.itruediv: operator.truediv,
+    operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+    operator.imatmul: operator.matmul,
+    operator.iand: operator.and_,
+    operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
+
+
 def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
     if isinstance(a, TensorVar) or isinstance(b, TensorVar):
         if not all(isinstance(x, TensorVar) or is_python_constant(x) for x in (a, b)):
             raise Break(f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}")
+        if not isinstance(a, TensorVar):
+            # `out = 0; out += t`: a number has no in-place form, Python computes `0 + t`
+            op = _OUT_OF_PLACE.get(op, op)
         return tx.builder.call("call_function", op, [a, b], {})
     if isinstance(a, (ListVar, TupleVar)) and isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
         if op is operator.iadd and isinstance(a, ListVar):

@@ -1,0 +1,16 @@
+"""Blocks of timm models that benchmarks/models.py found failing, at small sizes."""
+
+import torch
+from timm.models.byobnet import MobileOneBlock
+
+from tests.models.helpers import check_model
+
+
+def test_mobileone_block_adds_branches_to_a_number():
+    # `out = 0; out += branch(x)` (kernel size 1 has no scale branch): the tracer recorded
+    # operator.iadd on the literal 0, which the graph's Python could not even compile.
+    model = torch.nn.Sequential(
+        MobileOneBlock(8, 8, kernel_size=1, group_size=1),
+        MobileOneBlock(8, 16, kernel_size=3, stride=2),
+    )
+    check_model(model, lambda: (torch.randn(2, 8, 8, 8),))

@@ -21,7 +21,8 @@ cold compile. In the subprocess:
 2. ours, then torch.compile, run their first call from the same weights and buffers; the
    results are compared with eager's (largest error over the largest reference value, per
    tensor, against a tolerance for the dtype; a tensor over it is judged against a float64
-   eager run instead: within 3x eager's own float32 error passes, as in PyTorch's benchmarks);
+   eager run instead, as PyTorch's benchmarks do: an RMS error within 3x eager's own float32
+   error passes, 10x for a tensor that eager cannot compute to the tolerance either);
    graphs, breaks with reasons, eager fallbacks and CompilerWarnings come from
    compiler.inspect;
 3. all three are timed interleaved round-robin after warm-up (medians; CUDA events on GPU,
@@ -72,6 +73,7 @@ from benchmarks.model_tables import render_markdown  # noqa: E402
 RUNNERS = ("eager", "ours", "torch.compile")
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2, torch.float16: 1e-2}
 FP64_MULTIPLIER = 3.0
+FP64_NOISE_MULTIPLIER = 10.0
 
 
 # ---- results of one call ---------------------------------------------------------------------
@@ -134,6 +136,10 @@ def tensor_error(ref: torch.Tensor | None, got: torch.Tensor | None) -> float:
     return ((r - g).abs().max() / (r.abs().max() + 1e-6)).item()
 
 
+def _rmse(ref: torch.Tensor, got: torch.Tensor) -> float:
+    return (ref.double() - got.double()).pow(2).mean().sqrt().item()
+
+
 def compare(
     ref: dict[str, Any], got: dict[str, Any], tol: float, ref64: Callable[[], dict] | None
 ) -> dict[str, Any]:
@@ -153,17 +159,22 @@ def compare(
     r64 = ref64()
     failing = []
     for k in over:
-        eager_err = tensor_error(r64[k], ref[k].double() if ref[k] is not None else None)
-        ours_err = tensor_error(r64[k], got[k].double() if got[k] is not None else None)
-        if ours_err > max(tol, FP64_MULTIPLIER * eager_err):
-            failing.append((k, ours_err, eager_err))
+        eager_rmse, ours_rmse = _rmse(r64[k], ref[k]), _rmse(r64[k], got[k])
+        scale = _rmse(r64[k], torch.zeros_like(r64[k]))
+        # As PyTorch's benchmarks judge accuracy: no further from float64 than a multiple
+        # of eager's own float32 error. A tensor that eager cannot compute to `tol` either
+        # (a batch mean that is zero up to rounding) is noise: a wider multiple.
+        noise = eager_rmse > tol * scale
+        multiplier = FP64_NOISE_MULTIPLIER if noise else FP64_MULTIPLIER
+        if ours_rmse > max(tol * scale, multiplier * eager_rmse):
+            failing.append((k, ours_rmse, eager_rmse))
     result["check"] = "vs float64 eager"
     if failing:
         k, ours_err, eager_err = failing[0]
         return {
             **result,
             "correct": False,
-            "worst": f"{k} (float64: {ours_err:.1e} vs eager's {eager_err:.1e})",
+            "worst": f"{k} (RMS error vs float64 {ours_err:.1e}, eager's {eager_err:.1e})",
         }
     return {**result, "correct": True}
 

@@ -79,7 +79,8 @@ class GuardSet:
         type_ref = self._ref(type(value), "type")
         if value is None or isinstance(value, bool):
             expr = f"{source} is {value!r}"
-        elif isinstance(value, (int, str, bytes)) or (isinstance(value, float) and math.isfinite(value)):
+        elif type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
+            # exact types: a str or int Enum member's repr is not Python (timm's Format.NHWC)
             expr = f"type({source}) is {type_ref} and {source} == {value!r}"
         else:
             ref = self._ref(value, "const")

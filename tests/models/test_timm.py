@@ -1,5 +1,6 @@
 """Blocks of timm models that benchmarks/models.py found failing, at small sizes."""
 
+import pytest
 import torch
 from timm.models.byobnet import MobileOneBlock
 
@@ -14,3 +15,16 @@ def test_mobileone_block_adds_branches_to_a_number():
         MobileOneBlock(8, 16, kernel_size=3, stride=2),
     )
     check_model(model, lambda: (torch.randn(2, 8, 8, 8),))
+
+
+@pytest.mark.slow
+def test_small_swin():
+    # timm's PatchEmbed keeps its output format as a str Enum member: its guard printed the
+    # member's repr (<Format.NHWC: 'NHWC'>) into the guard function's source.
+    from timm.models.swin_transformer import SwinTransformer
+
+    model = SwinTransformer(
+        img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(1, 1), num_heads=(1, 2),
+        num_classes=10,
+    )  # fmt: skip
+    check_model(model, lambda: (torch.randn(2, 3, 32, 32),))

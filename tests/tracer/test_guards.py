@@ -680,3 +680,35 @@ def test_guards_are_recorded_as_runnable_python():
     assert "x" in sources and "k" in sources, sources
     assert entry.guard_source.strip()
     compile(entry.guard_source, "<guards>", "exec")  # straight-line Python that parses
+
+
+def test_enum_member_attribute_guarded_by_equality():
+    # A str/int Enum member is an instance of str/int, but its repr is not Python source:
+    # the guard must compare it by reference (timm's PatchEmbed.output_fmt).
+    import enum
+
+    class Fmt(str, enum.Enum):
+        NCHW = "NCHW"
+        NHWC = "NHWC"
+
+    class Level(enum.IntEnum):
+        LOW = 1
+        HIGH = 2
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fmt, self.level = Fmt.NHWC, Level.LOW
+
+        def forward(self, x):
+            if self.fmt == Fmt.NHWC:
+                x = x.permute(0, 2, 3, 1)
+            return x * self.level
+
+    m = M()
+    compiled = compiler.compile(m, fullgraph=True)
+    x = torch.randn(2, 3, 4, 5)
+    call_both(m, compiled, x)
+    m.fmt, m.level = Fmt.NCHW, Level.HIGH
+    call_both(m, compiled, x)
+    assert_recompiled(compiled, 2)

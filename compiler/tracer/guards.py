@@ -80,7 +80,7 @@ class GuardSet:
         if value is None or isinstance(value, bool):
             expr = f"{source} is {value!r}"
         elif type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
-            # exact types: a str or int Enum member's repr is not Python (timm's Format.NHWC)
+            # exact types only: the repr of a subclass (a str or int Enum) is not Python
             expr = f"type({source}) is {type_ref} and {source} == {value!r}"
         else:
             ref = self._ref(value, "const")

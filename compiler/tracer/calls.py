@@ -275,6 +275,10 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
         return ConstVar(None)
     if isinstance(obj, TupleVar) and name in ("index", "count"):
         return _fold(tx, getattr(tuple(as_python_constant(obj)), name), args, kwargs)
+    if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module):
+        from compiler.tracer.operations import module_method
+
+        return module_method(tx, obj, name, args, kwargs)
     raise Break(f"method {name!r} of {describe(obj)} is not traced")
 
 

@@ -28,3 +28,13 @@ def test_small_swin():
         num_classes=10,
     )  # fmt: skip
     check_model(model, lambda: (torch.randn(2, 3, 32, 32),))
+
+
+def test_regnet_stages_iterate_their_children():
+    # timm's RegStage.forward is `for block in self.children(): x = block(x)`; Module's
+    # named_children dedupes through a set of modules, which broke the graph per stage.
+    import timm
+
+    model = timm.create_model("regnetx_002", pretrained=False)
+    stages = torch.nn.Sequential(model.stem, model.s1, model.s2)
+    check_model(stages, lambda: (torch.randn(2, 3, 32, 32),))

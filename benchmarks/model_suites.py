@@ -26,6 +26,7 @@ class ModelSpec:
     build: Callable[[], torch.nn.Module]
     kind: str = "image"  # "image": a (batch, 3, H, W) tensor; "text": (batch, seq) token ids
     fixed_size: int | None = None  # the image size the model requires, if any
+    default_size: int = 224  # the image size used where --size is too small for the model
     vocab: int = 0  # text models: ids are drawn from range(vocab)
 
 
@@ -182,21 +183,20 @@ def _timm_builder(name: str) -> Callable[[], torch.nn.Module]:
     return build
 
 
-def _timm_fixed_size(name: str) -> int | None:
-    """The cfg's input size when timm marks the model as fixed-size (patch grids, windows)."""
+def _timm_spec(name: str) -> ModelSpec:
+    """The cfg's input size is the model's fixed size when timm marks it so (patch grids,
+    windows), else the size used where --size is too small."""
     import timm
 
     cfg = timm.get_pretrained_cfg(name)
-    if cfg is None:
-        return None
-    cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-    return cfg["input_size"][-1] if cfg.get("fixed_input_size") else None
+    cfg = {} if cfg is None else cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    size = cfg.get("input_size", (3, 224, 224))[-1]
+    fixed = size if cfg.get("fixed_input_size") else None
+    return ModelSpec(name, "timm", _timm_builder(name), fixed_size=fixed, default_size=size)
 
 
 def timm_specs() -> list[ModelSpec]:
-    return [
-        ModelSpec(n, "timm", _timm_builder(n), fixed_size=_timm_fixed_size(n)) for n in TIMM_MODELS
-    ]
+    return [_timm_spec(n) for n in TIMM_MODELS]
 
 
 # ---- transformers -----------------------------------------------------------------------------

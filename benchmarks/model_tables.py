@@ -140,12 +140,13 @@ def model_table(rows: list[dict]) -> list[str]:
 
 
 def failure_notes(rows: list[dict]) -> list[str]:
-    """Why each row that does not pass failed, and every break of ours and of torch.compile."""
+    """Why each row that does not pass failed, every break of ours and of torch.compile, and
+    notes (a model run at its default size)."""
     lines = []
     for row in sorted(rows, key=lambda r: (r["suite"], r["mode"], r["model"])):
         status = ours_status(row)
         ours, tc = row.get("ours", {}), row.get("torch.compile", {})
-        details = []
+        details = [f"note: {row['note']}"] if row.get("note") else []
         if row.get("error"):
             details.append(row["error"])
         if ours.get("error"):
@@ -189,5 +190,5 @@ def render_markdown(rows: list[dict], command: str) -> str:
         out += ["", f"### {suite}, {mode}", "", *model_table(group)]
     notes = failure_notes(rows)
     if notes:
-        out += ["", "### Failures and graph breaks", "", *notes]
+        out += ["", "### Failures, graph breaks and notes", "", *notes]
     return "\n".join(out) + "\n"

@@ -59,6 +59,8 @@ class Entry:
     break_pc: int | None
     end_grad: bool | None
     record: EntryRecord
+    # The keyword names a KW_NAMES in the graph's region set for the call the graph breaks at.
+    break_kw_names: tuple | None = None
 
 
 @dataclass
@@ -205,6 +207,7 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             if entry.kind == "return":
                 return entry.rebuild(L, frame.globals, outputs, frame)
             frame.locals, frame.stack = entry.rebuild(L, frame.globals, outputs, frame)
+            frame.kw_names = entry.break_kw_names
             concrete.step(frame, state.code.instructions[entry.break_pc], call_real)
     except Returned as r:
         return r.value
@@ -396,7 +399,10 @@ def _build_entry(
     )
     start_grad = torch.is_grad_enabled()
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
-    return Entry(guards, fetch, graph_fn, rebuild, result.kind, break_pc, end_grad, entry_record)
+    kw_names = end_frame.kw_names if result.kind == "break" else None
+    return Entry(
+        guards, fetch, graph_fn, rebuild, result.kind, break_pc, end_grad, entry_record, kw_names
+    )
 
 
 def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list, record: GraphRecord) -> Callable:

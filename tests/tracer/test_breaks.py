@@ -152,6 +152,15 @@ def unknown_c_function(x):
     return y * k
 
 
+@case(T(4), graphs=2, breaks=1)
+def unknown_c_function_with_keywords(x):
+    y = x + 1
+    # The call the graph breaks at runs for real with its keyword names (they were set by
+    # the KW_NAMES inside the graph's region): `value` must not become the first positional.
+    k = int.from_bytes(b"\x01\x02", byteorder="little", signed=True)
+    return y * k
+
+
 # ---- continuation and nesting -----------------------------------------------------------
 
 

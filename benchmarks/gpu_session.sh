@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
-# One device-machine session: the tracer suite on that machine's Python (3.12), the per-call
-# overhead benchmark, and the code generator's GPU checks and timings. Logs go to $OUT.
+# One device-machine session, in parts (GPU_PARTS, default "tests codegen"):
+#   tests    the tracer suite on that machine's Python (3.12), then the GPU-marked tests, each
+#            group in its own process (tests/codegen's conftest turns Triton's interpreter on
+#            for the whole process, so the real-GPU tests must not share one with it)
+#   codegen  benchmarks/codegen_gpu.py: the Triton differential tests on CUDA, then eager vs
+#            ours vs torch.compile ($CODEGEN_ARGS)
+#   train    benchmarks/train_gpu.py ($TRAIN_ARGS)
+#   overhead benchmarks/overhead.py on CUDA
+# Logs go to $OUT; the last lines of each are printed.
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-python3 --version | tee "$OUT/env.txt"
-python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" | tee -a "$OUT/env.txt"
-timeout 180 python3 -m pytest tests/tracer -q -p no:cacheprovider -o addopts="--import-mode=importlib" 2>&1 | tail -25 > "$OUT/tracer_py312.txt"
-tail -3 "$OUT/tracer_py312.txt"
-timeout 60 python3 benchmarks/overhead.py --device cuda 2>&1 | tail -20 > "$OUT/overhead.txt"
-cat "$OUT/overhead.txt"
-timeout ${CODEGEN_TIMEOUT:-330} python3 benchmarks/codegen_gpu.py ${CODEGEN_ARGS:-} 2>&1 | tail -60 > "$OUT/codegen_gpu.txt"
-cat "$OUT/codegen_gpu.txt"
+PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
+python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
+for part in ${GPU_PARTS:-tests codegen}; do
+  case $part in
+    tests)
+      timeout 240 $PYTEST tests/tracer > "$OUT/tracer_py312.txt" 2>&1
+      tail -3 "$OUT/tracer_py312.txt"
+      timeout 300 $PYTEST -m gpu tests/runtime tests/aot tests/backends tests/tracer tests/jupyter > "$OUT/gpu_tests.txt" 2>&1
+      tail -3 "$OUT/gpu_tests.txt"
+      timeout 120 $PYTEST tests/codegen/test_gpu_compile.py > "$OUT/sm90.txt" 2>&1
+      tail -1 "$OUT/sm90.txt" ;;
+    codegen)
+      timeout "${CODEGEN_TIMEOUT:-400}" python3 benchmarks/codegen_gpu.py ${CODEGEN_ARGS:-} > "$OUT/codegen_gpu.txt" 2>&1
+      tail -20 "$OUT/codegen_gpu.txt" ;;
+    train)
+      timeout "${TRAIN_TIMEOUT:-400}" python3 benchmarks/train_gpu.py ${TRAIN_ARGS:-} > "$OUT/train_gpu.txt" 2>&1
+      tail -12 "$OUT/train_gpu.txt" ;;
+    overhead)
+      timeout 90 python3 benchmarks/overhead.py --device cuda > "$OUT/overhead.txt" 2>&1
+      tail -8 "$OUT/overhead.txt" ;;
+  esac
+done

@@ -66,11 +66,28 @@ def profile_calls(fn, out_dir: str, name: str) -> None:
     print(avgs.table(sort_by="cuda_time_total", row_limit=20, max_name_column_width=70))
     print(f"-- {name}: host ops by self CPU time (5 calls)")
     print(avgs.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=70))
-    if name.startswith("resnet18"):  # densenet's trace is too large to bring back
+    if name.startswith("resnet18_ours"):  # the others' traces are too large to bring back
         prof.export_chrome_trace(os.path.join(out_dir, f"{name}.json"))
 
 
-def model_profile(name: str, out_dir: str) -> None:
+def python_profile(fn, name: str, calls: int = 20) -> None:
+    """The Python functions a steady-state call spends its host time in (cProfile)."""
+    import cProfile
+    import pstats
+
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    print(f"-- {name}: Python functions by own time ({calls} calls)")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+def model_profile(name: str, out_dir: str, with_torch: bool) -> None:
     import torchvision
 
     torch.manual_seed(0)
@@ -109,6 +126,16 @@ def model_profile(name: str, out_dir: str) -> None:
         )
         profile_calls(lambda: ours(x), out_dir, f"{name}_ours")
         profile_calls(lambda: ro(x), out_dir, f"{name}_ours_ro")
+        python_profile(lambda: ours(x), f"{name}_ours")
+        python_profile(lambda: ro(x), f"{name}_ours_ro")
+        if with_torch:  # the anchor's kernels and host ops, for the same tables
+            theirs = torch.compile(model)
+            theirs(x)
+            print(
+                f"   torch.compile {median_ms(lambda: theirs(x)):.3f} ms,"
+                f" host per call {host_ms(lambda: theirs(x)):.3f} ms"
+            )
+            profile_calls(lambda: theirs(x), out_dir, f"{name}_torch_compile")
 
 
 def launch_cost() -> None:
@@ -140,11 +167,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="resnet18,densenet121")
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    parser.add_argument("--torch", action="store_true", help="profile torch.compile too")
     args = parser.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     launch_cost()
     for name in args.models.split(","):
-        model_profile(name, args.out)
+        model_profile(name, args.out, args.torch)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,12 @@ def compile(
     dynamic: bool | None = None,
     options: dict | None = None,
 ) -> Any:
-    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
+    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`.
+
+    `dynamic`: None (the default) compiles for the first call's sizes and traces a dimension
+    with a symbolic size once a recompile finds it changed; True makes every dimension
+    symbolic from the start; False only the ones marked with `compiler.mark_dynamic`
+    (compiler/tracer/shapes.py)."""
     if mode not in MODES:
         raise ValueError(
             f"unknown mode {mode!r}; choose one of {', '.join(repr(m) for m in MODES)}"
@@ -288,10 +293,14 @@ def _bind_non_arguments(
     values["G"] = getattr(target, "__globals__", {})
     graph = gm.graph
     user_inputs: dict[str, torch.fx.Node] = {}
+    sizes: list[torch.fx.Node] = []
     for i, node in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
         source = node.meta.get("source", "")
         if source in arg_sources:
             user_inputs[arg_sources[source]] = node
+            continue
+        if isinstance(node.meta.get("example_value"), torch.SymInt):
+            sizes.append(node)
             continue
         value = eval(source, {}, values)
         attr = f"_const_{i}"
@@ -304,6 +313,8 @@ def _bind_non_arguments(
         replacement.meta.update(node.meta)
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
+    for node in sizes:
+        _bind_size(graph, node, arg_sources, user_inputs, values)
     first = next(iter(graph.nodes))
     for name in reversed(order):
         node = user_inputs.get(name)
@@ -317,3 +328,28 @@ def _bind_non_arguments(
     graph.lint()
     gm.recompile()
     return gm
+
+
+def _bind_size(
+    graph: torch.fx.Graph,
+    node: torch.fx.Node,
+    arg_sources: dict[str, str],
+    user_inputs: dict[str, torch.fx.Node],
+    values: dict,
+) -> None:
+    """A symbolic size placeholder (`L['x'].size(0)`) of an exported graph: read from its
+    tensor argument inside the graph, or a constant when the tensor is not an argument."""
+    source = node.meta["source"]
+    base, _, dim = source.rpartition(".size(")
+    tensor = user_inputs.get(arg_sources.get(base, ""))
+    if tensor is not None and dim.rstrip(")").isdigit():
+        with graph.inserting_after(tensor):
+            replacement = graph.call_method("size", (tensor, int(dim.rstrip(")"))))
+        replacement.meta.update(node.meta)
+        node.replace_all_uses_with(replacement)
+    else:
+        value = eval(source, {}, values)
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is node else n)
+            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is node else n)
+    graph.erase_node(node)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from compiler.records import FunctionRecord, GraphBreak, Guard
+from compiler.records import ControlRecord, FunctionRecord, GraphBreak, Guard
 
 
 @dataclass
@@ -20,6 +20,8 @@ class ExplainOutput:
     out_guards: list[Guard]
     compile_times: str
     functions: list[FunctionRecord] = field(default_factory=list)
+    # what the user's controls did: disabled calls, opaque nodes, constants, dynamic sizes
+    controls: list[ControlRecord] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [
@@ -37,6 +39,11 @@ class ExplainOutput:
                     lines.append(f'      File "{s.filename}", line {s.lineno}, in {s.function}')
                     if s.text.strip():
                         lines.append(f"        {s.text.strip()}")
+        if self.controls:
+            lines.append("Controls:")
+            for c in self.controls:
+                where = f" (line {c.user_line.lineno})" if c.user_line is not None else ""
+                lines.append(f"  {c.kind}: {c.target}{where}: {c.detail}")
         lines.append("Ops per Graph:")
         for i, ops in enumerate(self.ops_per_graph, 1):
             lines.append(f"  Graph {i}: {', '.join(ops)}")
@@ -70,6 +77,7 @@ def explain_records(functions: list[FunctionRecord]) -> ExplainOutput:
         out_guards=guards,
         compile_times=times,
         functions=functions,
+        controls=[c for f in functions for c in f.all_controls],
     )
 
 

@@ -61,6 +61,21 @@ class GraphBreak:
 
 
 @dataclass
+class ControlRecord:
+    """One of the user's controls (compiler/controls.py) that shaped what was compiled: a
+    disabled call, an opaque node, a baked-in constant, a dynamic size, a stance."""
+
+    kind: str  # "disable", "allow_in_graph", "disallow_in_graph", "assume_constant_result",
+    # "dynamic", "stance"
+    target: str  # what it applied to: a function's name, a tensor's size ("L['x'].size(0)")
+    detail: str  # what it did, readable
+    user_line: SourceLine | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.target}: {self.detail}"
+
+
+@dataclass
 class StageTime:
     stage: str  # "trace", "aot", "lower", "schedule", "codegen", "compile", ...
     seconds: float
@@ -152,6 +167,7 @@ class EntryRecord:
     recompile_reason: str | None = None  # the guard that failed on the entries before this one
     compile_time_s: float = 0.0
     hits: int = 0
+    controls: list[ControlRecord] = field(default_factory=list)  # what the user steered
 
 
 @dataclass
@@ -165,6 +181,8 @@ class FunctionRecord:
     source: str
     entries: list[EntryRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # eager fallbacks and why
+    # controls that applied to the function as a whole (a stance that ran it eagerly, ...)
+    controls: list[ControlRecord] = field(default_factory=list)
 
     @property
     def graphs(self) -> list[GraphRecord]:
@@ -173,6 +191,15 @@ class FunctionRecord:
     @property
     def breaks(self) -> list[GraphBreak]:
         return [e.graph_break for e in self.entries if e.graph_break is not None]
+
+    @property
+    def all_controls(self) -> list[ControlRecord]:
+        """The function's controls and its entries', each once (a recompile repeats them)."""
+        out: list[ControlRecord] = []
+        for c in [*self.controls, *(c for e in self.entries for c in e.controls)]:
+            if c not in out:
+                out.append(c)
+        return out
 
 
 @dataclass
@@ -195,6 +222,11 @@ class CompiledReport:
     @property
     def kernels(self) -> list[KernelRecord]:
         return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def controls(self) -> list[ControlRecord]:
+        """Every control that shaped the result, function by function."""
+        return [c for f in self.functions for c in f.all_controls]
 
 
 # ---- live updates -------------------------------------------------------------------------

@@ -71,6 +71,10 @@ def render(out: Any, title: str) -> str:
         parts.append(table(["#", "reason", "where", "source line"], rows, mono_cols=(3,)))
     else:
         parts.append(note("no graph breaks: the whole function was captured"))
+    controls = getattr(out, "controls", None) or []
+    if controls:
+        parts.append(heading("what your controls did (compiler.disable, allow_in_graph, ...)"))
+        parts.append(controls_table(controls))
     if ops_per_graph:
         body = "".join(
             details(
@@ -100,6 +104,20 @@ def render(out: Any, title: str) -> str:
     return '<div class="jc-explain">' + "".join(parts) + "</div>"
 
 
+def controls_table(controls: list[Any]) -> str:
+    """ControlRecords as a table; every field is the user's text, escaped by `table`."""
+    rows = [
+        (
+            getattr(c, "kind", ""),
+            getattr(c, "target", ""),
+            getattr(c, "detail", str(c)),
+            c.user_line.lineno if getattr(c, "user_line", None) is not None else "",
+        )
+        for c in controls
+    ]
+    return table(["control", "applies to", "what it did", "line"], rows, mono_cols=(1,))
+
+
 def break_text(brk: GraphBreak | Any) -> str:
     stack = _lines(getattr(brk, "user_stack", None))
     where = f"\n    {stack[-1]}" if stack else ""
@@ -116,6 +134,8 @@ def render_text(out: Any, title: str) -> str:
         lines.append(f"  break {i}: {break_text(brk)}")
     for i, ops in enumerate(getattr(out, "ops_per_graph", None) or []):
         lines.append(f"  graph {i}: {len(ops)} ops")
+    for c in getattr(out, "controls", None) or []:
+        lines.append(f"  {c}")
     return "\n".join(lines)
 
 

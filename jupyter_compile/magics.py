@@ -105,6 +105,9 @@ class CompileMagics(Magics):
                 kind = type(obj).__name__
                 run.skipped.append((name, f"not callable after its decorators (it is a {kind})"))
                 return obj
+            if compiler.controls.is_disabled(obj):
+                run.skipped.append((name, "disabled with compiler.disable: it runs eagerly"))
+                return obj
             target = FunctionTarget(name, obj, options)
         except Exception as exc:  # compile() refused it: the cell goes on with the original
             run.skipped.append((name, f"compiler.compile failed: {type(exc).__name__}: {exc}"))

@@ -90,3 +90,14 @@ def source_line_of(node: torch.fx.Node) -> SourceLine | None:
             m = frames[-1]
             return SourceLine(m["file"], int(m["line"]), m["text"], m["fn"].strip())
     return None
+
+
+def static_placeholders(gm: torch.fx.GraphModule) -> bool:
+    """Whether every input of `gm` was traced with a known, static shape."""
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not all(type(d) is int for d in val.shape):
+            return False
+    return True

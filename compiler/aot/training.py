@@ -14,17 +14,17 @@ A graph that cannot be compiled for training by design (an output aliasing an in
 input that requires grad mutated in place, a backward that needs an input's value from
 before the graph mutated it) runs eagerly with a note saying why; anything that fails
 unexpectedly falls back the same way with a warning, as compile_fx does
-(COMPILER_STRICT=1 raises instead).
+(COMPILER_STRICT=1 and config.suppress_errors=False raise instead).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
+from compiler import config
 from compiler.aot.autograd import TrainingGraph
 from compiler.aot.joint import (
     JointError,
@@ -34,7 +34,7 @@ from compiler.aot.joint import (
     trace_joint,
 )
 from compiler.aot.partition import Partition, PartitionError, partition
-from compiler.aot.trace import AotGraph, needs_autograd
+from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders
 from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
 
 # (graph half, its part name "forward"/"backward", the forward's example inputs or None for
@@ -58,6 +58,7 @@ class CompiledTraining:
         compile_half: HalfCompiler,
         compile_inference: InferenceCompiler,
     ):
+        self.static = static_placeholders(gm)  # before lifting adds placeholders of its own
         self.gm, self.lifted = lift_attributes(gm)
         self.record = (
             record if record is not None else GraphRecord(gm, gm.code, len(gm.graph.nodes))
@@ -71,6 +72,22 @@ class CompiledTraining:
         if entry is None:
             entry = self.entry_for(list(args))
         return entry(*full)
+
+    def for_guarded_inputs(self, example_inputs: Sequence[Any]) -> Callable:
+        """As CompiledGraph.for_guarded_inputs: the tracer's guards pin the inputs' metadata,
+        requires_grad and the grad mode, so the key of every call is the example's."""
+        if not self.static:
+            return self
+        key = _key([*example_inputs, *self.lifted])
+        entries, lifted = self.entries, self.lifted
+
+        def guarded(*args: Any) -> Any:
+            entry = entries.get(key)
+            if entry is None:
+                entry = self.entry_for(list(args))
+            return entry(*args, *lifted)
+
+        return guarded
 
     def entry_for(self, args: list) -> Callable:
         full = [*args, *self.lifted]
@@ -86,7 +103,7 @@ class CompiledTraining:
             self._note(f"training graph runs eagerly: {exc}")
             self.entries[key] = self.gm.forward
         except Exception as exc:  # never break user code: run the graph eagerly
-            if os.environ.get("COMPILER_STRICT") == "1":
+            if config.strict():
                 raise
             self.entries[key] = self._fallback(exc)
         return self.entries[key]

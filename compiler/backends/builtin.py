@@ -21,9 +21,32 @@ def _note(text: str) -> None:
         record.notes.append(text)
 
 
+def _static_graphs(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    compile_static: Callable[[torch.fx.GraphModule, list], Callable],
+    what: str,
+) -> Callable:
+    """`compile_static` for a backend that works on concrete sizes and traces what it is
+    given: a graph with symbolic sizes is compiled per size at call time (per_size.py), and
+    opaque calls (compiler.allow_in_graph) run between compiled parts (opaque.py)."""
+    from compiler.backends.opaque import has_opaque, split_at_opaque
+    from compiler.backends.per_size import PerSize, is_dynamic
+
+    def one(g: torch.fx.GraphModule, inputs: list) -> Callable:
+        if has_opaque(g):
+            return split_at_opaque(g, inputs, compile_static)
+        return compile_static(g, inputs)
+
+    if is_dynamic(gm):
+        return PerSize(gm, example_inputs, one, what)
+    return one(gm, list(example_inputs))
+
+
 @_builtin("eager")
 def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
-    """Run the captured FX graph with torch ops: no code generation."""
+    """Run the captured FX graph with torch ops: no code generation (a dynamic graph runs
+    as it is, for every size; an opaque call runs as the Python call it is)."""
     return gm.forward
 
 
@@ -31,7 +54,12 @@ def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> C
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """Our aot stage (make_fx through our decomposition table, functionalized), then the aten
     graph run with torch ops: checks the graph-to-aten step without code generation. A graph
-    that needs autograd gets its joint graph and partition, both halves run with torch ops."""
+    that needs autograd gets its joint graph and partition, both halves run with torch ops.
+    make_fx bakes in sizes, so a dynamic graph is traced per size."""
+    return _static_graphs(gm, example_inputs, _aot_eager_static, "aten graphs")
+
+
+def _aot_eager_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     from compiler.aot.trace import needs_autograd
 
     if needs_autograd(gm, example_inputs):
@@ -77,13 +105,22 @@ def inductor(
     served = current_options()
     if mode is None and options is None:
         mode, options = served.mode, served.options or None
-    return compile_fx(gm, example_inputs, mode=mode, options=options, strict=served.fullgraph)
+
+    def compile_static(g: torch.fx.GraphModule, inputs: list) -> Callable:
+        return compile_fx(g, inputs, mode=mode, options=options, strict=served.fullgraph)
+
+    return _static_graphs(gm, example_inputs, compile_static, "kernels")
 
 
 @_builtin("cudagraphs")
 def cudagraphs(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """The captured graph, run with torch ops, replayed as a CUDA graph: launch overhead
-    removed without generating kernels (seed 001's `cudagraphs` backend)."""
+    removed without generating kernels (seed 001's `cudagraphs` backend). A CUDA graph
+    replays fixed sizes: a dynamic graph is captured per size."""
+    return _static_graphs(gm, example_inputs, _cudagraphs_static, "CUDA graphs")
+
+
+def _cudagraphs_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     from compiler.aot.trace import needs_autograd, trace_forward
 
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]

@@ -9,7 +9,7 @@
 Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
 with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
 runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
-(fullgraph=True and COMPILER_STRICT=1 raise instead). Graphs that need autograd go to
+(fullgraph=True, COMPILER_STRICT=1 and config.suppress_errors=False raise instead). Graphs that need autograd go to
 compiler/aot/training.py: a joint forward+backward graph, partitioned, each half compiled by
 the stages here.
 """
@@ -24,7 +24,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten
 
-from compiler.aot.trace import AotGraph, needs_autograd, trace_forward
+from compiler import config
+from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelSource, emitter_for
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
@@ -51,7 +52,8 @@ def compile_fx(
     positional tensors and returning what `gm` returns. `mode`: None/"default",
     "reduce-overhead" (CUDA graphs) or "max-autotune"; `options` is accepted for the API's
     sake and has no keys yet. A failure of the code generator runs the graph eagerly unless
-    `strict` (fullgraph=True) or COMPILER_STRICT=1, which raise it."""
+    `strict` (fullgraph=True), COMPILER_STRICT=1 or config.suppress_errors=False, which
+    raise it."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
         training = _training(gm, mode, record, strict)
@@ -115,10 +117,6 @@ def _global_state() -> tuple:
     return (torch.get_default_dtype(), *autocast)
 
 
-def _strict_env() -> bool:
-    return os.environ.get("COMPILER_STRICT", "") not in ("", "0")
-
-
 class CompiledGraph:
     """Runs the compiled code for each input signature (shapes, strides, dtypes, devices) it
     has seen, compiling on the first call with a new one.
@@ -152,7 +150,28 @@ class CompiledGraph:
         self.entries: dict[tuple, Callable] = {}
 
     def __call__(self, *args: Any) -> Any:
-        key = _signature(args)
+        return self._call(_signature(args), args)
+
+    def for_guarded_inputs(self, example_inputs: Sequence[Any]) -> Callable:
+        """This graph for a caller whose guards already pin each input's shape, strides,
+        dtype and device to those of `example_inputs` (the tracer's guards do, for graphs
+        of static shapes): per call only the global state is read, not every input's
+        metadata (607 tensors for densenet121, about a millisecond a call)."""
+        if not static_placeholders(self.gm):
+            return self
+        tail = _signature(example_inputs)[1:]
+        keys: dict[tuple, tuple] = {}
+
+        def guarded(*args: Any) -> Any:
+            state = _global_state()
+            key = keys.get(state)
+            if key is None:
+                key = keys[state] = (state, *tail)
+            return self._call(key, args)
+
+        return guarded
+
+    def _call(self, key: tuple, args: Sequence[Any]) -> Any:
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entry_for(list(args))
@@ -196,7 +215,7 @@ class CompiledGraph:
         return expected
 
     def _fallback(self, exc: BaseException) -> Callable:
-        if self.strict or _strict_env():
+        if self.strict or config.strict():
             raise exc
         reason = f"{type(exc).__name__}: {exc}".strip()
         if self.record is not None:
@@ -275,13 +294,8 @@ class _Compiled:
         with self.stage("compile"):
             call = self._load(emitter, sched, kernels, source, device)
         self._records(sched, kernels, source)
-        mode = self.mode
-        if mode == "reduce-overhead" and any(n.startswith("inputs mutated") for n in notes):
-            # a CUDA graph would write the mutation into its static copy of the input
-            self.record.notes.append("reduce-overhead: no CUDA graph, the graph mutates its inputs")
-            mode = None
-        run = _runner(call, aot, mode, device)
         mutated = mutated_inputs(aot.gm)
+        run = _runner(call, aot, self.mode, device, mutated)
         run = alias_safe(run, self.gm.forward, mutated, self.record)
         run.mutated_inputs = mutated
         return run
@@ -395,14 +409,16 @@ def _mutable(out: Any) -> Any:
     return out
 
 
-def _runner(call: Callable, aot: AotGraph, mode: str | None, device: torch.device) -> Callable:
+def _runner(
+    call: Callable, aot: AotGraph, mode: str | None, device: torch.device, mutated: list[int]
+) -> Callable:
     """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output structure`."""
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
     _, spec = tree_flatten(_mutable(output.args[0]))
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
-        call = CudaGraphRunner(call)
+        call = CudaGraphRunner(call, mutated)
 
     def run(*args: Any) -> Any:
         return spec.unflatten(list(call(list(args))))

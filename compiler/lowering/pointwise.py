@@ -304,10 +304,28 @@ def to_dtype(ctx: LoweringContext, node, x, dtype: torch.dtype | None = None, **
     return ctx.pointwise(tuple(val.shape), val.dtype, lambda i: cast(x.load(i), val.dtype))
 
 
-@register_lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.detach, aten.contiguous)
+@register_lowering(aten.alias, aten.lift_fresh_copy, aten.detach)
 def identity(ctx: LoweringContext, node, x, **kwargs):
     """A copy is only needed where a buffer must exist; the scheduler materialises those."""
     return x
+
+
+@register_lowering(aten.clone, aten.contiguous)
+def clone(ctx: LoweringContext, node, x, **kwargs):
+    """As `identity`, unless the copy has another layout than `x`'s buffer (`.contiguous()`
+    of a channels-last tensor): then a kernel writes it in the layout eager gives it."""
+    val = ctx.meta()
+    view = x.view if isinstance(x, TensorValue) else None
+    if view is None or not isinstance(val, torch.Tensor) or _same_layout(view.layout, val):
+        return x
+    return ctx.pointwise(tuple(val.shape), val.dtype, x.load)
+
+
+def _same_layout(layout, val: torch.Tensor) -> bool:
+    """Strides agree on every dimension of more than one element."""
+    return tuple(layout.size) == tuple(val.shape) and all(
+        n <= 1 or a == b for n, a, b in zip(val.shape, layout.stride, val.stride())
+    )
 
 
 @register_lowering(aten.copy)

@@ -8,7 +8,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -51,7 +51,15 @@ def candidate_configs(config: dict) -> list[dict]:
 
 
 class TritonKernel:
-    """The object a wrapper line `name.run(*buffers)` calls."""
+    """The object a wrapper line `name.run(*buffers)` calls.
+
+    The first launch for a pattern of pointer alignments goes through `JITFunction`, which
+    compiles (or finds) the kernel specialised for it; later launches call that compiled
+    kernel's launcher directly. Binding arguments and computing the specialisation key in
+    `JITFunction.run` costs tens of microseconds a launch, as much as a small kernel runs.
+    Triton specialises pointers on 16-byte alignment, so the alignment of every buffer is
+    part of the key: a view at an odd offset gets its own compiled kernel, never one that
+    assumes aligned loads."""
 
     def __init__(self, fn: Any, kernel: KernelSource, mode: str | None, key: str):
         self.fn = fn
@@ -68,13 +76,17 @@ class TritonKernel:
             if tuned is not None:
                 self.config = tuned
                 self.autotune = False
+        self.launchers: dict[tuple[bool, ...], Callable] = {}
 
     def _tuned_path(self):
         return cache_dir() / "autotune" / f"{self.key}.json"
 
+    def _grid(self, config: dict) -> tuple[int, int, int]:
+        return ((self.xnumel + config["XBLOCK"] - 1) // config["XBLOCK"], 1, 1)
+
     def _launch(self, args: Sequence[Any], config: dict) -> None:
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
-        grid = ((self.xnumel + config["XBLOCK"] - 1) // config["XBLOCK"],)
+        grid = self._grid(config)
         if INTERPRET:
             self.fn[grid](*args, **blocks)
         else:
@@ -83,9 +95,28 @@ class TritonKernel:
     def run(self, *args: Any) -> None:
         if self.xnumel == 0:
             return
-        if self.autotune:
-            self._tune(args)
-        self._launch(args, self.config)
+        if INTERPRET:
+            self._launch(args, self.config)
+            return
+        aligned = tuple(a.data_ptr() % 16 == 0 for a in args)
+        launcher = self.launchers.get(aligned)
+        if launcher is None:
+            if self.autotune:
+                self._tune(args)
+            launcher = self._launcher(args)
+            self.launchers[aligned] = launcher
+        launcher(*args)
+
+    def _launcher(self, args: Sequence[Any]) -> Callable:
+        """The compiled kernel's own launcher for buffers aligned as `args` are; the launch
+        is bound once, with the block sizes (constexpr parameters, passed last)."""
+        config = self.config
+        blocks = {k: v for k, v in config.items() if k != "num_warps"}
+        grid = self._grid(config)
+        compiled = self.fn.warmup(*args, grid=grid, **blocks, num_warps=config["num_warps"])
+        runner = compiled[grid]
+        constants = tuple(blocks[k] for k in ("XBLOCK", "RBLOCK") if k in blocks)
+        return lambda *a: runner(*a, *constants)
 
     def warm(self, args_dtypes: Sequence[torch.dtype]) -> None:
         """Compile ahead of the first launch (GPU only)."""

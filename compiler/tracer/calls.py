@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from compiler.tracer.breaks import Break
+from compiler.tracer.marked import marked_call
 from compiler.tracer.operations import (
     as_dict,
     binary,
@@ -25,6 +26,7 @@ from compiler.tracer.operations import (
     unary,
     unpack_iterable,
 )
+from compiler.tracer.shapes import concrete, python_type
 from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
@@ -145,6 +147,9 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
         if orig is not None and getattr(real, "__compiled__", None) is not None:
             # A compiled function called from compiled code: trace its original into this graph.
             return call(tx, FunctionVar(fn=orig, source=f"{fn.source}._orig_fn" if fn.source else None), args, kwargs)
+        marked = marked_call(tx, real, args, kwargs) if real is not None else None
+        if marked is not None:
+            return marked
         if real is not None and real.__code__.co_name == "decorate_context" and hasattr(real, "__wrapped__"):
             return _call_grad_decorated(tx, fn, args, kwargs)
         if real is not None:
@@ -176,6 +181,9 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
 
 def _call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     value = fn.value
+    marked = marked_call(tx, value, args, kwargs)
+    if marked is not None:
+        return marked
     if isinstance(value, torch.nn.Module):
         return call_module(tx, fn, args, kwargs)
     try:
@@ -418,6 +426,9 @@ _PURE_BUILTINS = {
 }  # fmt: skip
 
 
+_TEXT_BUILTINS = {str, repr, format, hash, ascii}
+
+
 def _is_pure_builtin(fn: Any) -> bool:
     if fn in _PURE_BUILTINS:
         return True
@@ -444,6 +455,8 @@ def _fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> 
     try:
         a = [as_python_constant(x) for x in args]
         k = {n: as_python_constant(v) for n, v in kwargs.items()}
+        if fn in _TEXT_BUILTINS:  # text of a symbolic size is its value's (shapes.py)
+            a = [concrete(x) for x in a]
     except TypeError:
         if fn is len and args:
             return _len(tx, args[0])
@@ -490,7 +503,7 @@ def _python_type(v: Var) -> type:
     if isinstance(v, TensorVar):
         return torch.nn.Parameter if v.source and _is_parameter(v) else torch.Tensor
     if isinstance(v, (ConstVar, ObjVar)):
-        return type(v.value)
+        return python_type(v.value)
     if isinstance(v, ListVar):
         return list
     if isinstance(v, TupleVar):

@@ -10,8 +10,8 @@ instruction.
 from __future__ import annotations
 
 import inspect as pyinspect
-import os
 import time
+import traceback
 import types
 import warnings
 import weakref
@@ -20,9 +20,10 @@ from typing import Any, Callable
 
 import torch
 
-from compiler import records
+from compiler import config, controls, records
 from compiler.records import (
     CompilerWarning,
+    ControlRecord,
     EntryRecord,
     FunctionRecord,
     GraphBreak,
@@ -34,9 +35,12 @@ from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
 from compiler.tracer.calls import is_skipped, is_torch_function
 from compiler.tracer.concrete import RealFrame, Returned
+from compiler.tracer.graph_builder import SizeInput
 from compiler.tracer.guards import CompiledGuards, compile_guards
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
+from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult, tensor_vars
+from compiler.tracer.variables import TensorVar
 
 
 @dataclass
@@ -46,7 +50,6 @@ class CompileConfig:
     mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
-    cache_size_limit: int = 8
 
 
 @dataclass
@@ -71,6 +74,8 @@ class CodeState:
     count: int = 0
     native: str | None = None  # why this function always runs natively
     limit_warned: bool = False
+    # per entry point: tensor sizes seen at its compiles, for automatic dynamic (shapes.py)
+    sizes_seen: dict[int, dict[str, tuple]] = field(default_factory=dict)
 
 
 class CompileContext:
@@ -125,17 +130,22 @@ def _source_of(fn: types.FunctionType) -> str:
         return ""
 
 
-def _strict() -> bool:
-    return os.environ.get("COMPILER_STRICT", "") not in ("", "0")
-
-
 # ---- running a function --------------------------------------------------------------------
 
 
 def run_function(ctx: CompileContext, fn: types.FunctionType, args: tuple | list, kwargs: dict) -> Any:
+    if controls.stance() == "force_eager":
+        return fn(*args, **kwargs)
+    disabled = controls.disabled_mark(fn)
+    if disabled is not None:
+        return _run_disabled(ctx, disabled, args, kwargs)
     state = ctx.state_for(fn)
     if state.native:
         return fn(*args, **kwargs)
+    return run_frame(ctx, state, _real_frame(fn, state.code, args, kwargs))
+
+
+def _real_frame(fn: types.FunctionType, decoded: Code, args: tuple | list, kwargs: dict) -> RealFrame:
     code = fn.__code__
     bound = _bind(fn, args, kwargs)
     cells: dict[str, Any] = {}
@@ -146,8 +156,33 @@ def run_function(ctx: CompileContext, fn: types.FunctionType, args: tuple | list
         cells[name] = cell
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         cells[name] = cell
-    frame = RealFrame(state.code, fn.__globals__, bound, cells, [], state.code.start, fn_name=code.co_name)
-    return run_frame(ctx, state, frame)
+    return RealFrame(decoded, fn.__globals__, bound, cells, [], decoded.start, fn_name=code.co_name)
+
+
+def _run_disabled(ctx: CompileContext, mark: controls.Mark, args: tuple | list, kwargs: dict) -> Any:
+    """A function under compiler.disable, called from compiled code (or compiled itself): it
+    runs eagerly. With recursive=True that is a plain call (nothing it calls is compiled);
+    with recursive=False its frame runs instruction by instruction here, so the calls it makes
+    come back through the compiler."""
+    fn = mark.fn
+    if mark.recursive or not isinstance(fn, types.FunctionType):
+        return fn(*args, **kwargs)
+    decoded = decode(fn.__code__)
+    if decoded.unsupported or decoded.is_generator:
+        return fn(*args, **kwargs)  # runs natively: its callees run eagerly too
+    frame = _real_frame(fn, decoded, args, kwargs)
+    grad_at_entry = torch.is_grad_enabled()
+
+    def call_real(target: Any, call_args: list, call_kwargs: dict) -> Any:
+        return call_from_python(ctx, target, call_args, call_kwargs)
+
+    try:
+        return _run_rest(frame, call_real)
+    except Returned as r:
+        return r.value
+    except BaseException:
+        torch._C._set_grad_enabled(grad_at_entry)
+        raise
 
 
 def _bind(fn: types.FunctionType, args: tuple | list, kwargs: dict) -> dict[str, Any]:
@@ -265,20 +300,25 @@ def _compilable(target: Any, args: list) -> tuple[types.FunctionType | None, lis
 
 
 def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: dict) -> Entry | None:
-    config = ctx.config
     record = state.record
     pc = frame.pc
+    if controls.stance() == "force_eager":  # set while this frame ran: the rest runs eagerly
+        return None
     existing = state.entries.get(pc, [])
     recompile_reason = None
     if existing:
         failed = existing[-1].guards.failures(L, frame.globals)
         recompile_reason = existing[-1].guards.describe(failed, L, frame.globals)
-    if state.count >= config.cache_size_limit:
+        if not _recompile_allowed(state, frame, recompile_reason):
+            return None
+    limit = config.cache_size_limit
+    if len(existing) >= limit:
         if not state.limit_warned:
             state.limit_warned = True
             msg = (
-                f"{record.qualname} was recompiled {config.cache_size_limit} times (cache_size_limit); "
-                f"it now runs eagerly. Last failing guard: {recompile_reason or 'n/a'}"
+                f"{record.qualname} was recompiled {limit} times at line {_line_of(state, pc)} "
+                f"(config.cache_size_limit = {limit}); it now runs eagerly there. "
+                f"Failing guard: {recompile_reason or 'n/a'}"
             )
             record.warnings.append(msg)
             warnings.warn(msg, CompilerWarning, stacklevel=4)
@@ -287,35 +327,81 @@ def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: d
             state.native = "recompile limit reached"
         return None
     start = time.perf_counter()
+    policy = DynamicPolicy(
+        ctx.config.dynamic, state.sizes_seen.setdefault(pc, {}), config.automatic_dynamic_shapes
+    )
     try:
-        result, tracer = _trace(state, frame, L)
-        if result.kind == "break" and config.fullgraph:
+        result, tracer = _trace(state, frame, L, policy)
+        if result.kind == "break" and ctx.config.fullgraph:
             raise Unsupported(result.reason, result.user_stack)
         entry = _build_entry(ctx, state, frame, L, result, tracer, recompile_reason, start)
     except Unsupported:
         raise
     except Exception as e:
-        if config.fullgraph or _strict():
+        if ctx.config.fullgraph or config.strict():
             raise
         msg = f"{record.qualname}: the compiler failed ({type(e).__name__}: {e}); this frame runs eagerly"
         record.warnings.append(msg)
         warnings.warn(msg, CompilerWarning, stacklevel=4)
+        config.log(f"{msg}\n{traceback.format_exc()}")
         if pc == state.code.start and not frame.stack:
             state.native = msg
         records.notify(record)
         return None
+    policy.remember()
     state.entries.setdefault(pc, []).append(entry)
     state.count += 1
     record.entries.append(entry.record)
+    _log_entry(entry.record)
     records.notify(record)
     return entry
 
 
-def _trace(state: CodeState, frame: RealFrame, L: dict) -> tuple[TraceResult, Tracer]:
+def _recompile_allowed(state: CodeState, frame: RealFrame, reason: str) -> bool:
+    """The stance's say on a recompile: "eager_on_recompile" runs the rest of the frame
+    eagerly, "fail_on_recompile" raises."""
+    stance = controls.stance()
+    if stance == "default":
+        return True
+    where = f"{state.record.qualname} at line {_line_of(state, frame.pc)}"
+    if stance == "fail_on_recompile":
+        raise controls.RecompileError(
+            f"{where} needs a recompile and the stance is 'fail_on_recompile'; failing guard: {reason}"
+        )
+    detail = f"a recompile was needed at line {_line_of(state, frame.pc)} ({reason}); ran eagerly instead"
+    control = ControlRecord("stance", "eager_on_recompile", detail)
+    if control not in state.record.controls:
+        state.record.controls.append(control)
+        records.notify(state.record)
+    return False
+
+
+def _line_of(state: CodeState, pc: int) -> int:
+    return state.code.instructions[pc].lineno or state.record.firstlineno
+
+
+def _log_entry(entry: EntryRecord) -> None:
+    if not config.verbose:
+        return
+    graph = f"a graph of {entry.graph.op_count} ops" if entry.graph is not None else "no graph"
+    parts = [f"compiled {entry.function} from line {entry.start_line}: {graph}, {len(entry.guards)} guards"]
+    if entry.recompile_reason:
+        parts.append(f"recompiled because: {entry.recompile_reason}")
+    if entry.graph_break is not None:
+        parts.append(f"graph break: {entry.graph_break}")
+    parts.extend(str(c) for c in entry.controls)
+    config.log("\n    ".join(parts))
+
+
+def _trace(state: CodeState, frame: RealFrame, L: dict, policy: DynamicPolicy) -> tuple[TraceResult, Tracer]:
     break_at = None
+    constants: list = []  # assume_constant_result calls, made once across restarts
     for _ in range(4):
-        tracer = Tracer(state.code, frame.globals, frame.locals, L, frame.stack, frame.cells, frame.pc, break_at, frame.fn_name)
-        with torch.set_grad_enabled(torch.is_grad_enabled()):
+        tracer = Tracer(
+            state.code, frame.globals, frame.locals, L, frame.stack, frame.cells, frame.pc, break_at,
+            frame.fn_name, policy, constants,
+        )  # fmt: skip
+        with torch.set_grad_enabled(torch.is_grad_enabled()), controls.tracing():
             result = tracer.run()
         if result.kind != "restart":
             return result, tracer
@@ -333,7 +419,6 @@ def _build_entry(
     recompile_reason: str | None,
     start: float,
 ) -> Entry:
-    config = ctx.config
     builder = tracer.builder
     end_frame = result.frame
     if result.kind == "return":
@@ -356,17 +441,20 @@ def _build_entry(
     op_count = builder.op_count()
     trace_time = time.perf_counter() - start
     name = f"{state.record.name}_{state.count}"
+    for msg in builder.shapes.finish(tracer.guards):
+        warnings.warn(msg, CompilerWarning, stacklevel=5)
     guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}", L, frame.globals)
     fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":
         rebuild, _ = compile_rebuild(
-            "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated
-        )
+            "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated,
+            builder.shapes.python_text,
+        )  # fmt: skip
     else:
         rebuild, _ = compile_rebuild(
             "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace,
-            mutated,
-        )
+            mutated, builder.shapes.python_text,
+        )  # fmt: skip
     graph_record = None
     graph_fn = None
     if op_count:
@@ -375,8 +463,8 @@ def _build_entry(
             code=gm.code,
             op_count=op_count,
             source_lines=_graph_lines(gm),
-            backend=config.backend_name,
-            example_inputs=[_describe_tensor(t.source, t.fake) for t in builder.inputs],
+            backend=ctx.config.backend_name,
+            example_inputs=[_describe_input(t) for t in builder.inputs],
         )
         graph_record.stage_times.append(records.StageTime("trace", trace_time))
         graph_fn = _run_backend(ctx, gm, fetch(L, frame.globals), graph_record)
@@ -396,6 +484,7 @@ def _build_entry(
         graph_break=graph_break,
         recompile_reason=recompile_reason,
         compile_time_s=time.perf_counter() - start,
+        controls=list(builder.controls),
     )
     start_grad = torch.is_grad_enabled()
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
@@ -406,18 +495,22 @@ def _build_entry(
 
 
 def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list, record: GraphRecord) -> Callable:
-    config = ctx.config
     start = time.perf_counter()
     try:
         with records.compiling_graph(record):
-            compiled = config.backend(gm, example_inputs)
+            compiled = ctx.config.backend(gm, example_inputs)
         if not callable(compiled):
-            raise TypeError(f"backend {config.backend_name!r} returned {type(compiled).__name__}, not a callable")
+            raise TypeError(f"backend {ctx.config.backend_name!r} returned {type(compiled).__name__}, not a callable")
+        # The entry's guards pin every input's metadata: the compiled graph need not check it.
+        guarded = getattr(compiled, "for_guarded_inputs", None)
+        if guarded is not None:
+            compiled = guarded(example_inputs)
     except Exception as e:
-        if config.fullgraph or _strict():
+        if ctx.config.fullgraph or config.strict():
             raise
-        record.fallback = f"backend {config.backend_name!r} failed ({type(e).__name__}: {e}); the graph runs eagerly"
+        record.fallback = f"backend {ctx.config.backend_name!r} failed ({type(e).__name__}: {e}); the graph runs eagerly"
         warnings.warn(record.fallback, CompilerWarning, stacklevel=6)
+        config.log(f"{record.fallback}\n{traceback.format_exc()}")
         compiled = gm.forward
     record.stage_times.append(records.StageTime("backend", time.perf_counter() - start))
     return compiled
@@ -430,6 +523,12 @@ def _graph_lines(gm: torch.fx.GraphModule) -> list[SourceLine]:
         if line is not None:
             lines.setdefault((line.filename, line.lineno), line)
     return [lines[k] for k in sorted(lines)]
+
+
+def _describe_input(inp: TensorVar | SizeInput) -> str:
+    if isinstance(inp, SizeInput):
+        return f"{inp.source}: int, the symbolic size {inp.node.name}"
+    return _describe_tensor(inp.source, inp.fake)
 
 
 def _describe_tensor(source: str | None, fake: torch.Tensor) -> str:

@@ -6,6 +6,7 @@ import contextvars
 import logging
 import operator
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,9 +18,10 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from compiler.records import SourceLine
+from compiler.records import ControlRecord, SourceLine
 from compiler.tracer.breaks import Break
 from compiler.tracer.guards import GuardSet
+from compiler.tracer.shapes import DynamicPolicy, Shapes, is_symbolic
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
@@ -55,12 +57,24 @@ class _QuietMetaErrors(logging.Filter):
 logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietMetaErrors())
 
 
+@dataclass(eq=False)
+class SizeInput:
+    """A graph input holding a symbolic size (compiler/tracer/shapes.py), read from its
+    tensor when the entry runs."""
+
+    node: torch.fx.Node
+    fake: torch.SymInt
+    source: str  # e.g. "L['x'].size(0)"
+
+
 class GraphBuilder:
-    def __init__(self, guards: GuardSet):
+    def __init__(self, guards: GuardSet, dynamic: DynamicPolicy | None = None):
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode()
+        self.controls: list[ControlRecord] = []  # the user's controls that shaped the graph
+        self.shapes = Shapes(dynamic, self.controls)
+        self.fake_mode = FakeTensorMode(shape_env=self.shapes.env)
         self.guards = guards
-        self.inputs: list[TensorVar] = []
+        self.inputs: list[TensorVar | SizeInput] = []
         self._input_by_id: dict[int, TensorVar] = {}
         self._keep_alive: list[torch.Tensor] = []
         self.user_stack: list[SourceLine] = []
@@ -77,20 +91,11 @@ class GraphBuilder:
             if source != same.source:
                 self.guards.add("ALIAS", source, f"{source} is {same.source}", f"{source} is {same.source}", self.line)
             return same
-        self.guards.tensor(source, tensor, self.line)
-        name = self._unique(_placeholder_name(source))
-        # Placeholders must come before every other node.
-        if self.inputs:
-            with self.graph.inserting_after(self.inputs[-1].node):
-                node = self.graph.placeholder(name)
-        else:
-            first = next(iter(self.graph.nodes), None)
-            if first is not None:
-                with self.graph.inserting_before(first):
-                    node = self.graph.placeholder(name)
-            else:
-                node = self.graph.placeholder(name)
-        fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        fake, dynamic = self.shapes.fake_input(self.fake_mode, tensor, source, self.line)
+        self.guards.tensor(source, tensor, self.line, shape=not dynamic)
+        if dynamic:
+            self.shapes.tensor_guards(self.guards, source, fake, self.line)
+        node = self._placeholder(self._unique(_placeholder_name(source)))
         node.meta["example_value"] = fake
         node.meta["val"] = fake
         node.meta["source"] = source
@@ -100,6 +105,35 @@ class GraphBuilder:
         self._input_by_id[id(tensor)] = var
         self._keep_alive.append(tensor)
         return var
+
+    def size_input(self, name: str, source: str, value: torch.SymInt) -> torch.fx.Node:
+        """A placeholder for a symbolic size, the first time a graph op uses it."""
+        node = self._placeholder(self._unique(name))
+        node.meta["example_value"] = value
+        node.meta["val"] = value
+        node.meta["source"] = source
+        self.inputs.append(SizeInput(node, value, source))
+        return node
+
+    def _placeholder(self, name: str) -> torch.fx.Node:
+        # Placeholders must come before every other node.
+        if self.inputs:
+            with self.graph.inserting_after(self.inputs[-1].node):
+                return self.graph.placeholder(name)
+        first = next(iter(self.graph.nodes), None)
+        if first is not None:
+            with self.graph.inserting_before(first):
+                return self.graph.placeholder(name)
+        return self.graph.placeholder(name)
+
+    def _size_node(self, op: Any, args: tuple, value: Any) -> torch.fx.Node:
+        node = self.graph.call_function(op, args)
+        self.annotate(node, value)
+        return node
+
+    def graph_arg(self, value: Any) -> Any:
+        """A Python value as an FX argument: symbolic sizes become nodes over size inputs."""
+        return self.shapes.graph_arg(value, self.size_input, self._size_node)
 
     @property
     def line(self) -> SourceLine | None:
@@ -118,8 +152,8 @@ class GraphBuilder:
     def call(self, kind: str, target: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
         """Add `target(*args, **kwargs)` (kind "call_function") or `args[0].target(...)`
         (kind "call_method") to the graph, computing its result on fake tensors first."""
-        fx_args, fake_args = _convert(args)
-        fx_kwargs, fake_kwargs = _convert_dict(kwargs)
+        fx_args, fake_args = _convert(self, args)
+        fx_kwargs, fake_kwargs = _convert_dict(self, kwargs)
         fake_out = self.run_fake(kind, target, fake_args, fake_kwargs)
         mutates = _is_impure(kind, target, kwargs)
         if not _has_tensor(fake_out) and not mutates:
@@ -128,8 +162,29 @@ class GraphBuilder:
             node = self.graph.call_method(target, tuple(fx_args), fx_kwargs)
         else:
             node = self.graph.call_function(target, tuple(fx_args), fx_kwargs)
-        self._annotate(node, fake_out)
+        self.annotate(node, fake_out)
         return self.wrap_output(node, fake_out)
+
+    def call_opaque(
+        self, fn: Any, args: list[Var], kwargs: dict[str, Var]
+    ) -> tuple[Var, torch.fx.Node]:
+        """`fn(*args, **kwargs)` as one call_function node, not traced into (a function the
+        user passed to compiler.allow_in_graph): run on fake tensors for its outputs, and
+        kept even when nothing reads them (it may write to its inputs)."""
+        fx_args, fake_args = _convert(self, args)
+        fx_kwargs, fake_kwargs = _convert_dict(self, kwargs)
+        fake_out = self.run_fake("call_function", fn, fake_args, fake_kwargs)
+        if fake_out is not None and not _only_tensors(fake_out):
+            raise Break(
+                f"{_op_name('call_function', fn)} (compiler.allow_in_graph) returned a "
+                f"{type(fake_out).__name__}; an opaque call must return tensors"
+            )
+        node = self.graph.call_function(fn, tuple(fx_args), fx_kwargs)
+        node.meta["opaque"] = True
+        self.annotate(node, fake_out)
+        if fake_out is None:
+            return ConstVar(None), node
+        return self.wrap_output(node, fake_out), node
 
     def run_fake(self, kind: str, target: Any, fake_args: list, fake_kwargs: dict) -> Any:
         token = _running_fake.set(True)
@@ -155,7 +210,7 @@ class GraphBuilder:
         if enabled == self.grad_enabled:
             return
         node = self.graph.call_function(torch._C._set_grad_enabled, (enabled,))
-        self._annotate(node, None)
+        self.annotate(node, None)
         self.grad_enabled = enabled
 
     def wrap_output(self, node: torch.fx.Node, value: Any) -> Var:
@@ -166,7 +221,7 @@ class GraphBuilder:
             for i, item in enumerate(value):
                 if isinstance(item, torch.Tensor) or _has_tensor(item):
                     sub = self.graph.call_function(operator.getitem, (node, i))
-                    self._annotate(sub, item)
+                    self.annotate(sub, item)
                     items.append(self.wrap_output(sub, item))
                 else:
                     items.append(_constant_result(item))
@@ -175,7 +230,7 @@ class GraphBuilder:
             return TupleVar(items, cls=tuple if type(value) is tuple else type(value))
         return _constant_result(value)
 
-    def _annotate(self, node: torch.fx.Node, fake: Any) -> None:
+    def annotate(self, node: torch.fx.Node, fake: Any) -> None:
         if fake is not None:
             node.meta["example_value"] = fake
             node.meta["val"] = fake
@@ -210,39 +265,43 @@ def _op_name(kind: str, target: Any) -> str:
     return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or str(target)
 
 
-def _convert(args: list[Var]) -> tuple[list, list]:
+def _convert(b: GraphBuilder, args: list[Var]) -> tuple[list, list]:
     fx, fake = [], []
     for a in args:
-        f, k = _convert_one(a)
+        f, k = _convert_one(b, a)
         fx.append(f)
         fake.append(k)
     return fx, fake
 
 
-def _convert_dict(kwargs: dict[str, Var]) -> tuple[dict, dict]:
+def _convert_dict(b: GraphBuilder, kwargs: dict[str, Var]) -> tuple[dict, dict]:
     fx, fake = {}, {}
     for name, a in kwargs.items():
-        fx[name], fake[name] = _convert_one(a)
+        fx[name], fake[name] = _convert_one(b, a)
     return fx, fake
 
 
-def _convert_one(v: Var) -> tuple[Any, Any]:
+def _convert_one(b: GraphBuilder, v: Var) -> tuple[Any, Any]:
     if isinstance(v, TensorVar):
         return v.node, v.fake
     if isinstance(v, ConstVar):
+        if is_symbolic(v.value):
+            return b.graph_arg(v.value), v.value
         return v.value, v.value
     if isinstance(v, (TupleVar, ListVar)):
-        fx, fake = _convert(v.items)
+        fx, fake = _convert(b, v.items)
         if isinstance(v, ListVar):
             return fx, fake
         if v.cls is torch.Size:
-            return torch.Size(fx), torch.Size(fake)
+            # a Size with symbolic sizes holds nodes in the graph: a tuple there
+            graph_size = torch.Size(fx) if all(type(i) is int for i in fx) else tuple(fx)
+            return graph_size, torch.Size(fake)
         return tuple(fx), tuple(fake)
     if isinstance(v, DictVar):
-        return _convert_dict(v.items)
+        return _convert_dict(b, v.items)
     if isinstance(v, SliceVar):
-        (a, b, c), (fa, fb, fc) = _convert([v.start, v.stop, v.step])
-        return slice(a, b, c), slice(fa, fb, fc)
+        (start, stop, step), (fa, fb, fc) = _convert(b, [v.start, v.stop, v.step])
+        return slice(start, stop, step), slice(fa, fb, fc)
     if isinstance(v, ObjVar) and isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
         return v.value, v.value
     raise Break(f"a {type(v).__name__} cannot be passed to a graph op")
@@ -256,6 +315,12 @@ def _has_tensor(value: Any) -> bool:
     if isinstance(value, dict):
         return any(_has_tensor(v) for v in value.values())
     return False
+
+
+def _only_tensors(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (tuple, list)) and all(_only_tensors(v) for v in value)
 
 
 def _constant_result(value: Any) -> Var:
@@ -289,6 +354,8 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
 
 
 def _is_node_impure(node: torch.fx.Node) -> bool:
+    if node.meta.get("opaque"):
+        return True  # the user's function may write to its inputs
     kwargs = {k: ConstVar(v) for k, v in node.kwargs.items() if not isinstance(v, torch.fx.Node)}
     if any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()) and "out" in node.kwargs:
         return True

@@ -47,7 +47,11 @@ class GuardSet:
 
     # ---- the guard kinds --------------------------------------------------------------
 
-    def tensor(self, source: str, t: torch.Tensor, line: SourceLine | None = None) -> None:
+    def tensor(
+        self, source: str, t: torch.Tensor, line: SourceLine | None = None, shape: bool = True
+    ) -> None:
+        """The checks of a tensor input; `shape=False` for one with symbolic sizes, whose
+        shape and stride checks come from compiler/tracer/shapes.py."""
         type_ref = self._ref(type(t), "type")
         dtype_ref = self._ref(t.dtype, "dtype")
         self.add("TENSOR_MATCH", source, f"type({source}) is {type_ref}", f"{source} is a {type(t).__name__}", line)
@@ -57,9 +61,10 @@ class GuardSet:
         else:
             device_ref = self._ref(t.device, "device")
             self.add("TENSOR_MATCH", source, f"{source}.device == {device_ref}", f"{source} is on {t.device}", line)
-        shape = tuple(t.shape)
-        self.add("TENSOR_MATCH", source, f"{source}.shape == {shape!r}", f"{source} has shape {list(shape)}", line)
-        if t.layout == torch.strided:
+        if shape:
+            size = tuple(t.shape)
+            self.add("TENSOR_MATCH", source, f"{source}.shape == {size!r}", f"{source} has shape {list(size)}", line)
+        if shape and t.layout == torch.strided:
             stride = tuple(t.stride())
             self.add(
                 "TENSOR_MATCH", source, f"{source}.stride() == {stride!r}", f"{source} has strides {stride}", line
@@ -111,6 +116,29 @@ class GuardSet:
     def grad_mode(self, enabled: bool) -> None:
         ref = self._ref(torch.is_grad_enabled, "fn")
         self.add("GRAD_MODE", "torch.is_grad_enabled()", f"{ref}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}", None)
+
+    def global_state(self) -> None:
+        """The default dtype and autocast: a factory's dtype and the casts before a matmul
+        are read from them while tracing, so an entry traced under one state is wrong under
+        another (`x + torch.ones(3)` is float64 after `set_default_dtype(torch.float64)`)."""
+        dtype = torch.get_default_dtype()
+        get_dtype, dtype_ref = self._ref(torch.get_default_dtype, "fn"), self._ref(dtype, "dtype")
+        self.add("DEFAULT_DTYPE", "torch.get_default_dtype()", f"{get_dtype}() is {dtype_ref}", f"the default dtype is {dtype}", None)
+        any_autocast = self._ref(torch._C._is_any_autocast_enabled, "fn")
+        if not torch._C._is_any_autocast_enabled():
+            self.add("AUTOCAST", "autocast", f"not {any_autocast}()", "autocast is off", None)
+            return
+        state = autocast_state()
+        ref, state_ref = self._ref(autocast_state, "fn"), self._ref(state, "state")
+        shown = ", ".join(f"{d} {t}" for d, on, t in state if on)
+        self.add("AUTOCAST", "autocast", f"{ref}() == {state_ref}", f"autocast is on ({shown})", None)
+
+
+def autocast_state() -> tuple:
+    """Whether autocast is on, and to which dtype, for each device type that has it."""
+    return tuple(
+        (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+    )
 
 
 @dataclass
@@ -227,6 +255,10 @@ def _value_expr(kind: str, source: str, expr: str) -> str:
     for prop in (".dtype", ".device", ".shape", ".stride()", ".requires_grad"):
         if expr.startswith(source + prop):
             return source + prop
+    if kind == "SHAPE_ENV":  # over a tensor's sizes, or a symbolic int
+        return f"getattr({source}, 'shape', {source})"
+    if expr.startswith((f"{source}.size(", f"{source}.dim()")):
+        return f"{source}.shape"
     if expr.startswith("len("):
         return f"len({source})"
     if expr.startswith("type("):

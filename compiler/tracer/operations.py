@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from compiler.runtime.static import mark_static_address
 from compiler.tracer.breaks import Break
 from compiler.tracer.variables import (
     AttrCallVar,
@@ -132,6 +133,8 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     for store in ("_parameters", "_buffers", "_modules"):
         table = d.get(store)
         if table is not None and name in table:
+            if store == "_buffers" and isinstance(table[name], torch.Tensor):
+                mark_static_address(table[name])  # a CUDA graph may read it in place
             return _attr_value(tx, table[name], src, name)
     if name in d:
         return _attr_value(tx, d[name], src, name)

@@ -16,6 +16,7 @@ import torch
 
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.guards import CompiledGuards
+from compiler.tracer.shapes import is_symbolic
 from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
@@ -60,6 +61,8 @@ class Emitter:
     lines: list[str] = field(default_factory=list)
     memo: dict[int, str] = field(default_factory=dict)
     cells: dict[int, str] = field(default_factory=dict)  # id(CellVar) -> expression of its real cell
+    # Python computing a symbolic size from the inputs (shapes.Shapes.python_text)
+    sym_text: Callable[[Any, Callable], str] | None = None
     _counter: int = 0
 
     def ref(self, obj: Any, hint: str = "c") -> str:
@@ -90,6 +93,8 @@ class Emitter:
             return f"O[{self.outputs[id(v.node)]}]"
         if isinstance(v, ConstVar):
             value = v.value
+            if self.sym_text is not None and is_symbolic(value):
+                return self.sym_text(value, self.ref)
             if type(value) in _SIMPLE_LITERALS or (type(value) is float and value == value and abs(value) != float("inf")):
                 return repr(value)
             return self.ref(value)
@@ -243,10 +248,12 @@ def compile_rebuild(
     outputs: list[TensorVar],
     namespace: dict[str, Any],
     mutated: list[Var] = (),
+    sym_text: Callable[[Any, Callable], str] | None = None,
 ) -> tuple[Callable, str]:
     """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack), after
-    writing changed cells into the real frame `F`."""
-    em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)})
+    writing changed cells into the real frame `F`. `sym_text` writes the Python of a
+    symbolic size (sizes are computed from the inputs, not graph outputs)."""
+    em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)}, sym_text=sym_text)
     effects = side_effects(em, list(mutated))
     em.lines.extend(effects)
     if kind == "return":

@@ -21,6 +21,7 @@ from compiler.tracer.breaks import Break, InlineBreak
 from compiler.tracer.bytecode import PY312, Code, Instr, decode
 from compiler.tracer.graph_builder import GraphBuilder
 from compiler.tracer.guards import GuardSet
+from compiler.tracer.shapes import DynamicPolicy, concrete
 from compiler.tracer.variables import (
     NULL,
     AttrCallVar,
@@ -110,10 +111,15 @@ class Tracer:
         pc: int,
         break_at: tuple[int, str, list[SourceLine]] | None,
         fn_name: str,
+        dynamic: DynamicPolicy | None = None,
+        constants: list | None = None,
     ):
         self.guards = GuardSet()
-        self.builder = GraphBuilder(self.guards)
+        self.builder = GraphBuilder(self.guards, dynamic)
+        # assume_constant_result calls already made, kept across restarts (compiler/tracer/marked.py)
+        self.constants = constants if constants is not None else []
         self.guards.grad_mode(self.builder.grad_enabled)
+        self.guards.global_state()
         self.G = G
         self.frame_values = L
         self.current_frame: SymFrame | None = None
@@ -195,7 +201,10 @@ class Tracer:
             raise Break(f"bytecode {ins.opname} is not supported by the tracer")
         next_pc = frame.pc + 1
         frame.pc_next = next_pc  # type: ignore[attr-defined]
+        size_conditions = len(self.builder.shapes.env.guards)
         out = handler(frame, ins)
+        if len(self.builder.shapes.env.guards) != size_conditions:
+            self.builder.shapes.note_guards(size_conditions, self.builder.line)
         if isinstance(out, _Return):
             return out.value
         frame.pc = frame.pc_next  # type: ignore[attr-defined]
@@ -556,7 +565,7 @@ class Tracer:
         value = self.pop(frame)
         if not is_python_constant(value) or isinstance(value, ObjVar):
             raise Break("an f-string formats a value that is not a Python constant")
-        v = as_python_constant(value)
+        v = concrete(as_python_constant(value))  # a symbolic size formats as its value
         conv = flags & 0x03
         if conv == 1:
             v = str(v)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.tracer.guards import CONSTANT_TYPES
+from compiler.tracer.shapes import SYM_TYPES
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
@@ -39,6 +40,10 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             return ObjVar(value, source)
         return tx.builder.add_input(value, source)
     if isinstance(value, CONSTANT_TYPES):
+        symbolic = tx.builder.shapes.int_input(value, source, line) if type(value) is int else None
+        if symbolic is not None:
+            guards.type_of(source, value, line)
+            return ConstVar(symbolic, source)
         guards.constant(source, value, line)
         return ConstVar(value, source)
     if isinstance(value, _TORCH_CONSTANTS):
@@ -90,7 +95,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
 
 def wrap_unguarded(value: Any) -> Var:
     """A tracer value for an object produced during tracing (not read from the frame)."""
-    if isinstance(value, (CONSTANT_TYPES, _TORCH_CONSTANTS)):
+    if isinstance(value, (CONSTANT_TYPES, _TORCH_CONSTANTS, SYM_TYPES)):
         return ConstVar(value)
     if isinstance(value, types.FunctionType):
         return FunctionVar(fn=value)

@@ -82,6 +82,8 @@ def entry_view(fn: FunctionRecord, entry: EntryRecord, number: str) -> str:
         parts.append(details("guard function (runnable Python)", highlight(entry.guard_source)))
     if entry.graph_break is not None:
         parts.append(note(f"ends at a graph break: {entry.graph_break.reason}", color="#a94442"))
+    for control in entry.controls:
+        parts.append(note(f"shaped by {control.kind}: {control.target}: {control.detail}"))
     title = (
         f"{fn.qualname} · entry {number} · starts at {entry.start_line} · "
         f"{len(entry.guards)} guards · {entry.hits} hits"

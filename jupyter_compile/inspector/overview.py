@@ -10,7 +10,17 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from compiler.records import CompiledReport, FunctionRecord, GraphBreak
-from jupyter_compile.html import SHADES, LineMark, annotated_source, badge, esc, heading, note
+from jupyter_compile.explain import controls_table
+from jupyter_compile.html import (
+    SHADES,
+    LineMark,
+    annotated_source,
+    badge,
+    details,
+    esc,
+    heading,
+    note,
+)
 from jupyter_compile.inspector.common import (
     GraphRef,
     InspectorState,
@@ -121,6 +131,16 @@ def render(state: InspectorState, badges: bool = True) -> str:
             parts.append(note("source not available"))
         for warning in fn.warnings:
             parts.append(note(f"warning: {warning}", color="#8a6d3b"))
+        controls = fn.all_controls
+        if controls:
+            parts.append(
+                details(
+                    f"what your controls did ({len(controls)}): compiler.disable, "
+                    "allow_in_graph, assume_constant_result, dynamic sizes, stances",
+                    controls_table(controls),
+                    open_=True,
+                )
+            )
     return "".join(parts)
 
 

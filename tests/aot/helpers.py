@@ -23,10 +23,12 @@ def assert_state_close(
             assert q.grad is None, f"{what}: {name}.grad should be None"
         else:
             assert q.grad is not None, f"{what}: {name}.grad is None, eager has one"
-            torch.testing.assert_close(q.grad, p.grad, msg=f"{what}: {name}.grad", **tol)
-        torch.testing.assert_close(q, p, msg=f"{what}: {name}", **tol)
+            torch.testing.assert_close(
+                q.grad, p.grad, msg=lambda m, n=name: f"{what}: {n}.grad: {m}", **tol
+            )
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{what}: {n}: {m}", **tol)
     for (name, b), (_, c) in zip(eager.named_buffers(), comp.named_buffers()):
-        torch.testing.assert_close(c, b, msg=f"{what}: buffer {name}", **tol)
+        torch.testing.assert_close(c, b, msg=lambda m, n=name: f"{what}: buffer {n}: {m}", **tol)
 
 
 def train_and_compare(

@@ -16,6 +16,16 @@ from tests.aot.helpers import assert_state_close, train_and_compare, training_gr
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(params=[True, False], ids=["tf32", "fp32"])
+def tf32(request, monkeypatch):
+    """Convolutions and matmuls in TF32 (PyTorch's default for cuDNN) and in full fp32: with
+    TF32 eager and compiled code may pick different cuDNN algorithms (a CUDA graph capture
+    rules some out), whose rounding differs by about 1e-3; in fp32 they must agree closely."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", request.param)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", request.param)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch, tmp_path):
     monkeypatch.setenv("COMPILER_STRICT", "1")
@@ -51,7 +61,7 @@ def test_cnn_three_steps_on_cuda(mode):
     assert {k.graph for k in graph.kernels if k.language == "triton"} == {"forward", "backward"}
 
 
-def test_seed_000_resnet18_reduce_overhead_on_cuda():
+def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
     import torchvision
 
     model = torchvision.models.resnet18(num_classes=10).cuda()
@@ -75,4 +85,10 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda():
         data = (torch.randn(8, 3, 64, 64, device="cuda"), torch.randint(10, (8,), device="cuda"))
         train(model, data)
         train_opt(comp_model, data)
-        assert_state_close(model, comp_model, f"step {step}", atol=1e-3, rtol=1e-3)
+        if tf32:  # element by element TF32 rounding differs; the whole tensor must not
+            for (name, p), q in zip(model.named_parameters(), comp_model.parameters()):
+                for what, a, b in (("", q, p), (".grad", q.grad, p.grad)):
+                    err = ((a - b).norm() / b.norm()).item()
+                    assert err < 1e-2, f"step {step}: {name}{what} relative error {err:.1e}"
+        else:
+            assert_state_close(model, comp_model, f"step {step}", atol=1e-4, rtol=1e-4)

@@ -48,6 +48,19 @@ def test_new_shapes_and_strides_compile_again():
     assert len(compiled.entries) == 4
 
 
+def test_copies_into_another_layout_have_eager_strides():
+    x = rand(6, 4)
+    cl = rand(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+
+    def fn(x, cl):
+        return x.t().contiguous(), (cl * 2).contiguous(), x.clone(), cl.clone()
+
+    out, _, _ = compile_and_run(fn, x, cl)
+    for o, e in zip(out, fn(x, cl)):
+        torch.testing.assert_close(o, e)
+        assert o.stride() == e.stride()
+
+
 def test_records_kernels_stages_and_sources():
     def fn(x, w):
         return (torch.relu(x @ w + 1).sum(1),)

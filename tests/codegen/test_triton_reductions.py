@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.codegen.helpers import check, rand, triton_kernels
+from tests.codegen.helpers import DEVICE, check, rand, triton_kernels
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +87,7 @@ def test_non_contiguous_reduction():
 
 
 def test_batch_norm_inference_and_pooling():
-    bn = torch.nn.BatchNorm2d(4).eval()
+    bn = torch.nn.BatchNorm2d(4).eval().to(DEVICE)
     bn.running_mean.uniform_(-1, 1)
     bn.running_var.uniform_(0.5, 2)
     model = torch.nn.Sequential(bn, torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))

@@ -9,6 +9,7 @@ import torch.fx
 
 from compiler.records import (
     CompiledReport,
+    ControlRecord,
     EntryRecord,
     FunctionRecord,
     GraphBreak,
@@ -119,6 +120,14 @@ def make_report() -> CompiledReport:
         compile_time_s=0.02,
         hits=1,
         recompile_reason="L['x'].size()[0] == 8",
+        controls=[
+            ControlRecord(
+                "dynamic",
+                "L['x'].size(0)",
+                f"traced as the symbol s77 (size 9 in this call): changed {EVIL}",
+                line(1),
+            )
+        ],
     )
     fn = FunctionRecord(
         name="evil_fn",
@@ -128,6 +137,7 @@ def make_report() -> CompiledReport:
         source=SOURCE,
         entries=[e0, e1, e2],
         warnings=[f"fell back to eager for {EVIL}"],
+        controls=[ControlRecord("stance", "eager_on_recompile", f"ran eagerly instead {EVIL}")],
     )
     return CompiledReport(functions=[fn], backend="eager")
 

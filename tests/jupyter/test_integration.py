@@ -121,6 +121,35 @@ def test_explain_magic_shows_the_break_line(shell) -> None:
     assert shell.user_ns["e"].graph_break_count == 1
 
 
+STEP = """\
+@compiler.disable
+def log_stats(t):
+    return float(t.mean())
+
+def step(x):
+    y = x.sin()
+    log_stats(y)
+    return y.cos() * x.shape[0]
+"""
+
+
+def test_a_disabled_function_in_a_compile_cell_and_explain_shows_the_controls(shell) -> None:
+    shell.run_cell("import compiler")
+    out = run(shell, "%%compile --backend eager\n" + STEP + "step(torch.randn(4))\n")
+    assert out.result.success, out.stdout + out.stderr
+    text = visible(out.html())
+    assert "left log_stats uncompiled: disabled with compiler.disable" in text
+    assert "log_stats() is disabled with compiler.disable" in text  # the break, in the inspector
+    run(shell, "step(torch.randn(6))")  # a new size: the recompile makes dim 0 dynamic
+    report = inspector(shell, "step").state.report
+    kinds = [c.kind for c in report.controls]
+    assert kinds[0] == "disable" and set(kinds) == {"disable", "dynamic"}
+    explained = run(shell, "e = %explain -o step(torch.randn(5))")
+    assert explained.result.success, explained.stdout + explained.stderr
+    assert shell.user_ns["e"].graph_break_count == 1
+    assert "what your controls did" in visible(explained.html())
+
+
 def test_explain_accepts_a_function_compiled_by_the_cell_magic(shell) -> None:
     run(shell, "%%compile --backend eager --no-inspect\n" + BAR)
     out = run(shell, "e = %explain -o bar(torch.randn(10), torch.randn(10))")

@@ -139,6 +139,8 @@ def test_the_inspector_renders_every_poisoned_field_as_text() -> None:
         report.graphs[0].notes[0],
         report.functions[0].warnings[0],
         report.entries[0].guards[1].expr,
+        report.controls[0].detail,
+        report.controls[1].target,
         "RuntimeError: " + POISON,
     ):
         assert shown in text, shown
@@ -172,6 +174,7 @@ def test_explain_view_and_static_report_render_poison_as_text() -> None:
         out_guards=fn.entries[0].guards,
         compile_times="trace: 0.01" + POISON,
         functions=report.functions,
+        controls=report.controls,
     )
     assert_inert(ExplainView(out, "f" + POISON)._repr_html_(), "%explain")
     without_records = SimpleNamespace(**{**vars(out), "functions": None})

@@ -140,6 +140,16 @@ def test_guards_tab_lists_entries_and_recompile_reason(inspector: Inspector) -> 
     assert "first compile" in text
 
 
+def test_controls_are_shown_in_the_overview_and_the_guards_tab(inspector: Inspector) -> None:
+    static = inspector.static_html()
+    text = visible(static)
+    assert "what your controls did (2)" in text
+    assert f"ran eagerly instead {EVIL}" in text  # the stance, a function-level control
+    assert f"traced as the symbol s77 (size 9 in this call): changed {EVIL}" in text
+    assert "shaped by dynamic: L['x'].size(0)" in text  # under the entry in the Guards tab
+    assert "<script>" not in static
+
+
 def test_timing_tab_renders_runs_chart_and_stages(inspector: Inspector) -> None:
     inspector.state.timing = TimingResult(
         "cpu",
@@ -180,11 +190,14 @@ def test_explain_view_from_an_explain_output() -> None:
         out_guards=fn.entries[0].guards,
         compile_times="trace: 0.01",
         functions=report.functions,
+        controls=report.controls,
     )
     view = ExplainView(out, "evil_fn")
     markup = view._repr_html_()
     text = visible(markup)
     assert "graph breaks: 1" in text and f"call to builtin print with {EVIL}" in text
+    assert "what your controls did" in text and f"ran eagerly instead {EVIL}" in text
+    assert f"stance: eager_on_recompile: ran eagerly instead {EVIL}" in repr(view)
     assert f'print("{EVIL}")' in text  # the exact source line of the break
     assert "<script>" not in markup
     assert "break 0: call to builtin print" in repr(view)

@@ -365,9 +365,6 @@ def test_mutated_attribute_of_a_global_object_and_a_global_dict(backend):
         TABLE.update({"k": 2.0, "use": True})
 
 
-GUARD_BUG = "guard bug: no guard on {state}; an entry traced under one is reused under another"
-
-
 def adds_a_new_tensor(x):
     return x + torch.ones(3)
 
@@ -377,23 +374,11 @@ def casts_like_a_new_tensor(x):
     return x.to(y.dtype) * 2
 
 
-def _default_dtype_cases():
-    bug = pytest.mark.xfail(reason=GUARD_BUG.format(state="torch.get_default_dtype()"), strict=True)
-    return [
-        pytest.param(adds_a_new_tensor, "inductor", id="factory-inductor"),
-        pytest.param(adds_a_new_tensor, "eager", id="factory-eager"),
-        pytest.param(adds_a_new_tensor, "aot_eager", id="factory-aot_eager", marks=bug),
-        *(
-            pytest.param(casts_like_a_new_tensor, b, id=f"python-level-{b}", marks=bug)
-            for b in ("eager", *BACKENDS)
-        ),
-    ]
-
-
-@pytest.mark.parametrize(("fn", "backend"), _default_dtype_cases())
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
+@pytest.mark.parametrize("fn", [adds_a_new_tensor, casts_like_a_new_tensor])
 def test_changed_default_dtype(fn, backend):
-    """inductor recompiles its graph for another default dtype (a factory's dtype); the
-    tracer's entries do not, so a dtype it read in Python stays (xfail, for the guards)."""
+    """A factory's dtype, read by the graph or by Python while tracing, follows the default
+    dtype: the entries guard it (the code generator also compiles per default dtype)."""
     compiled = compiler.compile(fn, backend=backend)
     x = torch.randn(3, dtype=torch.float16)
     call_both(fn, compiled, x, tol=1e-3)
@@ -402,23 +387,15 @@ def test_changed_default_dtype(fn, backend):
         call_both(fn, compiled, x, tol=1e-3)
     finally:
         torch.set_default_dtype(torch.float32)
+    call_both(fn, compiled, x, tol=1e-3)
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "inductor",
-        pytest.param(
-            "aot_eager",
-            marks=pytest.mark.xfail(reason=GUARD_BUG.format(state="autocast"), strict=True),
-        ),
-    ],
-)
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
 def test_autocast_on_and_off(backend):
     """Found by writing this test: a graph compiled by inductor without autocast and run
     under it read the bfloat16 result of its (extern) matmul as float32: garbage (~1e27).
-    The code generator now compiles per autocast state; the tracer does not guard it, so
-    aot_eager's graph keeps the casts of the first call (xfail)."""
+    The code generator compiles per autocast state, and the entries guard it: a graph keeps
+    no casts of another call's state."""
 
     def mm(x, w):
         return x @ w + 1

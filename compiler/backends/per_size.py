@@ -1,0 +1,147 @@
+"""Graphs with symbolic sizes, for backends that work on concrete ones.
+
+The tracer hands a backend a graph whose sizes may be symbols (compiler/tracer/shapes.py): a
+placeholder per symbol (`s42`), tensor inputs whose example values have symbolic shapes. The
+code generator's loop IR uses integer sizes (compiler/ir/index.py), and the aot stage's
+make_fx bakes in the sizes it traces with; rather than making them symbolic, the backend's
+compiled callable specialises the graph to the concrete sizes of each call and compiles it
+the first time it sees them, in a small cache keyed on the sizes. The tracer's entry stays
+one entry (no recompile, nothing counted against `config.cache_size_limit`); the graph's
+record says which sizes got code: "kernels specialised per size: generated for (8,16), (9,16)".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from compiler import config
+from compiler.backends.registry import backend_options, current_options
+from compiler.records import CompilerWarning, compiling_graph, current_graph
+from compiler.tracer.shapes import SYM_TYPES, is_symbolic
+
+CompileStatic = Callable[[torch.fx.GraphModule, list], Callable]
+
+
+def is_dynamic(gm: torch.fx.GraphModule) -> bool:
+    """The graph has symbolic sizes: size inputs, or tensor inputs of symbolic shape."""
+    return any(_is_size(n) or _symbolic_tensor(n) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+def _is_size(node: torch.fx.Node) -> bool:
+    return isinstance(node.meta.get("example_value"), SYM_TYPES)
+
+
+def _symbolic_tensor(node: torch.fx.Node) -> bool:
+    value = node.meta.get("example_value")
+    return isinstance(value, torch.Tensor) and is_symbolic(tuple(value.shape))
+
+
+class PerSize:
+    """Calls `gm` (with its size inputs) through code compiled for each call's sizes by
+    `compile_static(specialised_gm, tensor_inputs)`; `what` names that code in the note."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        compile_static: CompileStatic,
+        what: str = "kernels",
+    ) -> None:
+        self.gm = gm
+        self.compile_static = compile_static
+        self.what = what
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.sizes = [i for i, n in enumerate(placeholders) if _is_size(n)]
+        self.tensors = [i for i, n in enumerate(placeholders) if not _is_size(n)]
+        self.dynamic_tensors = [i for i, n in enumerate(placeholders) if _symbolic_tensor(n)]
+        self.names = [placeholders[i].name for i in self.sizes]
+        # Compiles happen at call time, outside the backend call: keep what it saw.
+        self.record = current_graph()
+        self.options = current_options()
+        self.compiled: dict[tuple, Callable] = {}
+        self.entry_for(list(example_inputs))
+
+    def __call__(self, *args: Any) -> Any:
+        key = self._key(args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            fn = self.entry_for(list(args))
+        return fn(*[args[i] for i in self.tensors])
+
+    def _key(self, args: Sequence[Any]) -> tuple:
+        return (
+            *(args[i] for i in self.sizes),
+            *(tuple(args[i].shape) for i in self.dynamic_tensors),
+        )
+
+    def entry_for(self, args: list) -> Callable:
+        key = self._key(args)
+        gm = specialise(self.gm, {i: args[i] for i in self.sizes})
+        tensors = [args[i] for i in self.tensors]
+        record_ctx = (
+            compiling_graph(self.record) if self.record is not None else contextlib.nullcontext()
+        )
+        opts = self.options
+        try:
+            with record_ctx, backend_options(opts.mode, opts.options, opts.fullgraph):
+                fn = self.compile_static(gm, tensors)
+        except Exception as e:
+            if opts.fullgraph or config.strict():
+                raise
+            # the graph for these sizes runs eagerly, as a failed compile of a static one does
+            reason = f"compiling for sizes {self._label(key)} failed ({type(e).__name__}: {e})"
+            if self.record is not None:
+                self.record.fallback = f"{reason}; those sizes run eagerly"
+            warnings.warn(
+                f"compiler: {reason}; those sizes run eagerly", CompilerWarning, stacklevel=3
+            )
+            fn = gm.forward
+        self.compiled[key] = fn
+        self._note(args)
+        return fn
+
+    def _note(self, args: list) -> None:
+        if self.record is None:
+            return
+        done = ", ".join(self._label(k) for k in self.compiled)
+        prefix = f"{self.what} specialised per size: generated for "
+        notes = self.record.notes
+        text = prefix + done
+        for i, note in enumerate(notes):
+            if note.startswith(prefix):
+                notes[i] = text
+                return
+        notes.append(text)
+
+    def _label(self, key: tuple) -> str:
+        shapes = key[len(self.sizes) :]
+        if shapes:
+            parts = [
+                "(" + ",".join(map(str, s)) + ("," if len(s) == 1 else "") + ")" for s in shapes
+            ]
+            return parts[0] if len(parts) == 1 else "[" + " ".join(parts) + "]"
+        return " ".join(f"{n}={v}" for n, v in zip(self.names, key))
+
+
+def specialise(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.GraphModule:
+    """`gm` with the placeholders at positions `values` replaced by those constants. The
+    example values the tracer left in node meta hold the symbols: dropped (passes such as
+    split_module would look for the placeholders of those symbols)."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, Any] = {}
+    index = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            i, index = index, index + 1
+            if i in values:
+                env[node] = values[i]
+                continue
+        copy = env[node] = graph.node_copy(node, lambda n: env[n])
+        copy.meta.pop("example_value", None)
+        copy.meta.pop("val", None)
+    return torch.fx.GraphModule(gm, graph, class_name="SpecialisedGraph")

@@ -1,0 +1,1 @@
+"""The cells of each notebook, one module per notebook; notebooks/build.py writes them."""

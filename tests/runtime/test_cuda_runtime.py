@@ -1,0 +1,129 @@
+"""The CUDA runtime (skipped without a GPU): launching compiled Triton kernels through their
+own launcher, and mode="reduce-overhead" reading parameters and buffers in place.
+
+Differential as everywhere: each compiled result against eager on fresh inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compiler
+from compiler.codegen.compile_fx import compile_fx
+from compiler.runtime.cudagraphs import CudaGraphRunner
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    from compiler.runtime import triton_launch
+
+    # tests/codegen's conftest turns the interpreter on for its CPU tests: run this file in
+    # a process of its own on a GPU machine, or these tests would not launch real kernels
+    assert not triton_launch.INTERPRET, "TRITON_INTERPRET is set: run tests/runtime alone"
+    monkeypatch.setenv("COMPILER_STRICT", "1")
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
+    compiler.reset()
+    torch.manual_seed(0)
+    yield
+    compiler.reset()
+
+
+def test_misaligned_views_get_their_own_compiled_kernel():
+    def f(x, y):
+        return torch.sin(x) + torch.cos(y)
+
+    gm = torch.fx.symbolic_trace(f)
+    base = torch.randn(4097, device="cuda")
+    x, y = base[:4096], torch.randn(4096, device="cuda")
+    compiled = compile_fx(gm, [x, y])
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+        torch.cuda.synchronize()
+    # The same shape and strides one float further on: 4-byte aligned, not 16. The guards
+    # do not tell the two apart; the launcher must not reuse the aligned kernel for it.
+    shifted = base[1:]
+    for _ in range(2):
+        base.normal_()
+        torch.testing.assert_close(compiled(shifted, y), f(shifted, y))
+
+
+def test_fast_launch_matches_eager_over_many_calls():
+    def f(x):
+        return (x * 2).relu().sum(1), torch.softmax(x, -1)
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(64, 300, device="cuda")
+    compiled = compile_fx(gm, [x])
+    for _ in range(5):
+        x = torch.randn(64, 300, device="cuda")
+        torch.testing.assert_close(compiled(x), f(x))
+
+
+def _model() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 16 * 16, 10),
+    ).cuda()  # fmt: skip
+
+
+def test_reduce_overhead_reads_parameters_in_place(monkeypatch):
+    captures = []
+    original = CudaGraphRunner._capture
+
+    def counting(self, args):
+        original(self, args)
+        captures.append((len(self.borrowed), len(self.owned)))
+
+    monkeypatch.setattr(CudaGraphRunner, "_capture", counting)
+    model = _model().eval()
+    compiled = compiler.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x))
+        # 6 parameters and BatchNorm's 2 running statistics read in place; only x is copied
+        assert captures == [(8, 1)]
+        # Parameters changed in place are read where they are: no new capture needed
+        model[0].weight.mul_(2)
+        model[1].running_mean.add_(0.5)
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        torch.testing.assert_close(compiled(x), model(x))
+        assert len(captures) == 1
+        # A parameter replaced by another tensor: the graph is captured again
+        model[4].weight = torch.nn.Parameter(torch.randn_like(model[4].weight))
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        torch.testing.assert_close(compiled(x), model(x))
+        assert len(captures) == 2
+
+
+def test_reduce_overhead_writes_mutated_inputs_back():
+    def bump(x, y):
+        x.add_(1)
+        return x * y
+
+    compiled = compiler.compile(bump, mode="reduce-overhead")
+    for _ in range(3):
+        x, y = torch.randn(100, device="cuda"), torch.randn(100, device="cuda")
+        x_ref = x.clone()
+        out = compiled(x, y)
+        torch.testing.assert_close(out, bump(x_ref, y))
+        torch.testing.assert_close(x, x_ref)  # the update reached the caller's tensor
+
+
+def test_reduce_overhead_batchnorm_training_statistics_match_eager():
+    model = _model().train()
+    ref = _model().train()
+    ref.load_state_dict(model.state_dict())
+    compiled = compiler.compile(model, mode="reduce-overhead")
+    for _ in range(3):
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        out, expected = compiled(x), ref(x)
+        torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+        out.sum().backward()
+        expected.sum().backward()
+    torch.testing.assert_close(model[1].running_mean, ref[1].running_mean)
+    torch.testing.assert_close(model[1].running_var, ref[1].running_var)
+    assert model[1].num_batches_tracked.item() == ref[1].num_batches_tracked.item() == 3
+    torch.testing.assert_close(model[0].weight.grad, ref[0].weight.grad, atol=1e-4, rtol=1e-4)

@@ -704,7 +704,8 @@ class Tracer:
             raise Break(f"`with` over {ops.describe(ctx)} runs in Python")
         frame.stack.pop()
         prev = self.builder.grad_enabled if ctx.prev is None else ctx.prev
-        self.builder.set_grad_enabled(ctx.enabled)
+        if ctx.enabled is not None:
+            self.builder.set_grad_enabled(ctx.enabled)
         self.push(frame, GradExitVar(prev))
         self.push(frame, ConstVar(None))
 

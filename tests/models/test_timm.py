@@ -38,3 +38,24 @@ def test_regnet_stages_iterate_their_children():
     model = timm.create_model("regnetx_002", pretrained=False)
     stages = torch.nn.Sequential(model.stem, model.s1, model.s2)
     check_model(stages, lambda: (torch.randn(2, 3, 32, 32),))
+
+
+def test_poolformer_blocks():
+    # poolformer's block continues a line with `\`; the C++ kernel header quoting it
+    # swallowed the kernel's signature into the comment.
+    from timm.models.metaformer import MetaFormerBlock
+
+    model = torch.nn.Sequential(
+        MetaFormerBlock(16, layer_scale_init_value=1e-5, res_scale_init_value=1.0),
+        MetaFormerBlock(16, res_scale_init_value=1.0),
+    )
+    check_model(model, lambda: (torch.randn(2, 16, 8, 8),))
+
+
+def test_efficientvit_attention_under_disabled_autocast():
+    # LiteMLA runs its attention under torch.autocast(..., enabled=False): the call broke the
+    # graph with its keywords dropped (enabled=False became the dtype) and raised.
+    from timm.models.efficientvit_mit import LiteMLA
+
+    model = LiteMLA(16, 16, dim=8)
+    check_model(model, lambda: (torch.randn(2, 16, 8, 8),))

@@ -501,8 +501,9 @@ class Worker:
         self.ours()
         if not self.args.skip_torch_compile:
             self.torch_compile()
-        self.timing()
-        self.memory()
+        if not self.args.no_timing:
+            self.timing()
+            self.memory()
         self.explain()
         self.row["phase"] = "done"
         self.save()
@@ -618,7 +619,8 @@ def _forwarded(args: argparse.Namespace, mode: str) -> list[str]:
         "--batch", str(args.batch), "--size", str(args.size), "--seq", str(args.seq),
         "--budget", str(args.budget),
     ]  # fmt: skip
-    return out + (["--skip-torch-compile"] if args.skip_torch_compile else [])
+    out += ["--skip-torch-compile"] if args.skip_torch_compile else []
+    return out + (["--no-timing"] if args.no_timing else [])
 
 
 def read_rows(paths: list[Path]) -> list[dict]:
@@ -649,6 +651,9 @@ def main() -> None:
     parser.add_argument("--seq", type=int, help="text models' length; default 64 / 128")
     parser.add_argument("--budget", type=float, help="timing seconds per runner; 1 / 2")
     parser.add_argument("--skip-torch-compile", action="store_true")
+    parser.add_argument(
+        "--no-timing", action="store_true", help="capture and correctness only (no speed, memory)"
+    )
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per model and mode")
     parser.add_argument(
         "--out", help="OUT.jsonl / OUT.md / OUT.logs (default test-output/models/...)"

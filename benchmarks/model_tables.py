@@ -66,6 +66,11 @@ def _speedup(row: dict, name: str) -> float | None:
     return eager / res["ms"]
 
 
+def _ratio(x: float | None, n: int) -> str:
+    """A geometric mean and how many models it is over; a dash when none were measured."""
+    return "-" if x is None else f"{x:.2f}x ({n})"
+
+
 def _geomean(xs: list[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
@@ -87,11 +92,13 @@ def summary_rows(rows: list[dict]) -> list[str]:
         groups[(row["suite"], row["mode"])].append(row)
     for (suite, mode), group in sorted(groups.items()):
         ran = [r for r in group if ours_status(r) != "eager fails"]
-        n = len(ran)
 
         def count(pred, ran=ran) -> str:
-            return f"{sum(1 for r in ran if pred(r))}/{len(ran)}"
+            return f"{sum(1 for r in ran if pred(r))}/{len(ran)}" if ran else "-"
 
+        # torch.compile's correctness out of the rows where it ran (not --skip-torch-compile)
+        tc_ran = [r for r in ran if "correct" in r.get("torch.compile", {}) or
+                  "error" in r.get("torch.compile", {})]  # fmt: skip
         ours_sp = [s for r in ran if (s := _speedup(r, "ours"))]
         tc_sp = [s for r in ran if (s := _speedup(r, "torch.compile"))]
         both = [
@@ -106,14 +113,14 @@ def summary_rows(rows: list[dict]) -> list[str]:
             if "compile_s" in r.get("torch.compile", {})
         ]
         lines.append(
-            f"| {suite} | {mode} | {n} | {count(lambda r: ours_status(r) == 'pass')} "
+            f"| {suite} | {mode} | {len(ran)} | {count(lambda r: ours_status(r) == 'pass')} "
             f"| {count(lambda r: r.get('ours', {}).get('graphs') == 1)} "
             f"| {count(lambda r: r.get('torch.compile', {}).get('graphs') == 1)} "
             f"| {count(lambda r: r.get('ours', {}).get('correct') is True)} "
-            f"| {count(lambda r: r.get('torch.compile', {}).get('correct') is True)} "
-            f"| {_num(_geomean(ours_sp), '.2f')}x ({len(ours_sp)}) "
-            f"| {_num(_geomean(tc_sp), '.2f')}x ({len(tc_sp)}) "
-            f"| {_num(_geomean(both), '.2f')}x ({len(both)}) "
+            f"| {count(lambda r: r['torch.compile'].get('correct') is True, tc_ran)} "
+            f"| {_ratio(_geomean(ours_sp), len(ours_sp))} "
+            f"| {_ratio(_geomean(tc_sp), len(tc_sp))} "
+            f"| {_ratio(_geomean(both), len(both))} "
             f"| {_num(_median(ours_cold), '.1f')} | {_num(_median(tc_cold), '.1f')} |"
         )
     return lines

@@ -16,8 +16,8 @@ torch.compile), so a crash or a hang is one failed row (--timeout) and every fir
 cold compile. In the subprocess:
 
 1. eager runs once for the reference: outputs in eval mode (under no_grad), and in train mode
-   the loss (the sum of the outputs' means), every parameter's gradient and every buffer
-   after one forward+backward;
+   the loss (the outputs weighted by fixed random tensors, averaged), every parameter's
+   gradient and every buffer after one forward+backward;
 2. ours, then torch.compile, run their first call from the same weights and buffers; the
    results are compared with eager's (largest error over the largest reference value, per
    tensor, against a tolerance for the dtype; a tensor over it is judged against a float64
@@ -90,11 +90,24 @@ def flatten(value: Any) -> list[torch.Tensor]:
     return []
 
 
+_LOSS_WEIGHTS: dict[tuple, torch.Tensor] = {}
+
+
 def scalar_loss(out: Any) -> torch.Tensor:
+    """Each floating output against fixed random weights, summed. A plain mean would be
+    blind: the mean of a normalised output (a batch or layer norm last) does not depend on
+    anything before the norm, so those gradients would be rounding noise."""
     tensors = [t for t in flatten(out) if t.is_floating_point() and t.requires_grad]
     if not tensors:
         raise RuntimeError("no output requires grad: nothing to train")
-    return sum(t.float().mean() for t in tensors)
+    total = 0.0
+    for i, t in enumerate(tensors):
+        key = (i, tuple(t.shape), t.device, t.dtype)
+        if key not in _LOSS_WEIGHTS:
+            gen = torch.Generator().manual_seed(1000 + i)
+            _LOSS_WEIGHTS[key] = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
+        total = total + (t * _LOSS_WEIGHTS[key]).float().mean()
+    return total
 
 
 def capture(model: torch.nn.Module, out: Any, loss: torch.Tensor | None) -> dict[str, Any]:

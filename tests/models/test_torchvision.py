@@ -1,5 +1,6 @@
 """Blocks of torchvision models that benchmarks/models.py found failing, at small sizes."""
 
+import pytest
 import torch
 from torchvision.models.convnext import CNBlock
 from torchvision.ops import StochasticDepth
@@ -15,9 +16,10 @@ def test_stochastic_depth_logs_api_usage_without_a_break():
     assert not [e.graph_break for e in report.entries if e.graph_break]
 
 
-def test_convnext_block():
+@pytest.mark.parametrize("train", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_convnext_block(train):
     model = torch.nn.Sequential(CNBlock(16, 1e-6, 0.0), CNBlock(16, 1e-6, 0.0))
-    check_model(model, lambda: (torch.randn(2, 16, 8, 8),))
+    check_model(model, lambda: (torch.randn(2, 16, 8, 8),), train=train)
 
 
 def test_small_vit_takes_the_attention_fast_path():

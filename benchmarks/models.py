@@ -298,7 +298,12 @@ def ours_records(compiled: Any) -> dict[str, Any]:
     # Eager by design (a training graph the partitioner cannot split, ...): a note, no warning.
     fallbacks += [n for g in report.graphs for n in g.notes if "eagerly" in n]
     notes = sorted({n for g in report.graphs for n in g.notes})
+    stages: dict[str, float] = {}
+    for g in report.graphs:
+        for st in g.stage_times:
+            stages[st.stage] = round(stages.get(st.stage, 0.0) + st.seconds, 2)
     return {
+        "stages": stages,
         "graphs": len(report.graphs),
         "entries": len(report.entries),
         "breaks": breaks,

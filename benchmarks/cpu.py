@@ -155,6 +155,11 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--runners", default=",".join(RUNNERS), help="a subset, for quick checks")
+    parser.add_argument(
+        "--cold-runners",
+        default="ours,torch.compile",
+        help="whose cold compile to measure (each a fresh process; '' for none)",
+    )
     parser.add_argument("--cold", nargs=2, metavar=("WORKLOAD", "RUNNER"), help=argparse.SUPPRESS)
     parser.add_argument("--steady", metavar="WORKLOAD", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,7 +194,7 @@ def main() -> None:
         if "error" in results:
             print(f"# {workload}: steady-state run failed: {results['error']}")
         results = {r: results.get(r, {}) for r in RUNNERS}
-        for r in [r for r in ("ours", "torch.compile") if r in args.runners.split(",")]:
+        for r in [r for r in ("ours", "torch.compile") if r in args.cold_runners.split(",")]:
             cold = run_isolated(["--cold", workload, r])
             if "error" in cold:
                 print(f"# {workload} / {r}: cold compile failed: {cold['error']}")

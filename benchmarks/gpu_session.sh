@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device-machine session, in parts (GPU_PARTS, default "tests codegen"):
-#   tests    the tracer suite on that machine's Python (3.12), then the GPU-marked tests, each
-#            group in its own process (tests/codegen's conftest turns Triton's interpreter on
-#            for the whole process, so the real-GPU tests must not share one with it)
+# One device-machine session, in parts (GPU_PARTS, default "tracer gputests codegen"):
+#   tracer   the tracer suite on that machine's Python (3.12)
+#   gputests the GPU-marked tests, in a process of their own (tests/codegen's conftest turns
+#            Triton's interpreter on for its whole process; tests/jupyter needs IPython, which
+#            that machine lacks)
 #   codegen  benchmarks/codegen_gpu.py: the Triton differential tests on CUDA, then eager vs
 #            ours vs torch.compile ($CODEGEN_ARGS)
 #   train    benchmarks/train_gpu.py ($TRAIN_ARGS)
@@ -14,15 +15,14 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
-for part in ${GPU_PARTS:-tests codegen}; do
+for part in ${GPU_PARTS:-tracer gputests codegen}; do
   case $part in
-    tests)
+    tracer)
       timeout 240 $PYTEST tests/tracer > "$OUT/tracer_py312.txt" 2>&1
-      tail -3 "$OUT/tracer_py312.txt"
-      timeout 300 $PYTEST -m gpu tests/runtime tests/aot tests/backends tests/tracer tests/jupyter > "$OUT/gpu_tests.txt" 2>&1
-      tail -3 "$OUT/gpu_tests.txt"
-      timeout 120 $PYTEST tests/codegen/test_gpu_compile.py > "$OUT/sm90.txt" 2>&1
-      tail -1 "$OUT/sm90.txt" ;;
+      tail -3 "$OUT/tracer_py312.txt" ;;
+    gputests)
+      timeout 300 $PYTEST -m gpu tests/runtime tests/aot tests/backends tests/tracer > "$OUT/gpu_tests.txt" 2>&1
+      tail -3 "$OUT/gpu_tests.txt" ;;
     codegen)
       timeout "${CODEGEN_TIMEOUT:-400}" python3 benchmarks/codegen_gpu.py ${CODEGEN_ARGS:-} > "$OUT/codegen_gpu.txt" 2>&1
       tail -20 "$OUT/codegen_gpu.txt" ;;

@@ -131,8 +131,8 @@ def kernel_times(
     fn: Callable, args: tuple, kwargs: dict, kernels: list[KernelRecord], device: str
 ) -> dict[str, float]:
     """Per-kernel milliseconds from one profiled call, matched to kernels by name: a Triton
-    kernel appears under its own name on the GPU; a CPU kernel appears if the generated
-    wrapper brackets it with `torch.profiler.record_function(<kernel name>)`."""
+    kernel appears under its own name on the GPU; a CPU kernel appears if it (C++ kernels
+    do) or the generated wrapper brackets it with `torch.profiler.record_function(<name>)`."""
     names = {k.name for k in kernels if k.language != "extern"}
     if not names:
         return {}
@@ -154,11 +154,14 @@ def kernel_times(
 
 
 def _kernels_visible_to_profiler(report: CompiledReport, device: str) -> bool:
-    """GPU kernels show up in the profiler under their names; CPU kernels only when the
-    generated wrapper brackets them with record_function. Without them profiling finds
-    nothing and only costs time (and, on a CPU-only torch, profiler log lines)."""
-    return device == "cuda" or any(
-        "record_function" in (g.wrapper_source or "") for g in report.graphs
+    """GPU kernels show up in the profiler under their names; C++ kernels mark themselves
+    with record_function while a profiler runs (compiler/codegen/cpp.py, CppKernel), and a
+    wrapper may bracket other kernels. Without either, profiling finds nothing and only
+    costs time (and, on a CPU-only torch, profiler log lines)."""
+    return (
+        device == "cuda"
+        or any(k.language == "cpp" for k in report.kernels)
+        or any("record_function" in (g.wrapper_source or "") for g in report.graphs)
     )
 
 

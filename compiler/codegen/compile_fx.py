@@ -280,10 +280,14 @@ class _Compiled:
                 aot = trace_forward(self.gm, self.inputs)
             self.record.aot_graphs["forward"] = aot.gm.code
         with self.stage("lower"):
-            graph, notes = lower(aot, self.inputs)
+            # Channels-last suits oneDNN's convolutions under C++ kernels. Training halves
+            # keep eager's layouts: their saved activations and gradients would otherwise
+            # be converted back and forth.
+            cpp = emitter.language == "cpp"
+            graph, notes = lower(aot, self.inputs, channels_last=cpp and not self.part)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
-            sched = fuse(graph)
+            sched = fuse(graph, materialise_broadcasts=cpp)
         with self.stage("codegen"):
             kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
             what = f"the {self.part} graph" if self.part else "a graph"

@@ -18,6 +18,9 @@ reduction loops inside (see compiler/scheduler/kernel.py for the step model):
   carry a NaN flag so they propagate NaN as torch does while still vectorising.
 * When the outer extent is too small to keep the cores busy (a full sum, a mean over a
   batch of 2), a plain reduction is split across threads with OpenMP reduction clauses.
+* Padding and concatenation masks are decided per range of the loop variables
+  (compiler/ir/ranges.py): the innermost loop is split and the outer ones dispatch with an
+  `if` chain, so each copy of the body has no masked loads and reads one concatenated piece.
 
 The source of a kernel is its function alone (what the inspector shows); `load_many` puts
 kernels behind the shared prelude into a few translation units (one per core) and compiles
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
+import torch.autograd.profiler as _profiler
 
 from compiler.codegen.common import KernelSource
 from compiler.codegen.cpp_ops import (
@@ -49,6 +53,7 @@ from compiler.codegen.cpp_ops import (
 from compiler.codegen.cpp_prelude import COMPUTE_TYPE, PRELUDE, STORAGE_TYPE
 from compiler.ir.index import Index, Var
 from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value, children
+from compiler.ir.ranges import breakpoints, decide, intervals
 from compiler.ir.transform import substitute
 from compiler.runtime import cpp_build
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
@@ -61,6 +66,9 @@ PARALLEL_MIN_WORK = 32768
 OUTER_MIN_POINTS = 16
 # Reductions this short (pooling windows) vectorise across output points, not along r.
 SHORT_REDUCTION = 32
+# At most this many copies of a kernel's loop body, specialised to the ranges of its loop
+# variables where padding and concatenation conditions are constant (`_specialised`).
+MAX_SPECIALISED = 64
 
 
 # ---- one kernel ---------------------------------------------------------------------------
@@ -89,6 +97,9 @@ class _KernelWriter:
         self.name = _sanitize(group.name)
         self.steps = {s.name: s for s in group.steps}
         self.across = False
+        # Ranges of loop variables in the code being emitted, narrower than their loops where
+        # the loop was split (see `_specialised`); conditions decided there are not emitted.
+        self.ranges: dict[str, tuple[int, int]] = {}
         self.lines: list[str] = []
         self.depth = 1
         self.scopes: list[dict] = [{}]
@@ -152,6 +163,14 @@ class _KernelWriter:
             return f"static_cast<{COMPUTE_TYPE[v.dtype]}>({c_index(v.index)})"
         if isinstance(v, Ref):
             return self.ref(v.name)
+        if isinstance(v, Op) and v.dtype == torch.bool:
+            decided = decide(v, self.ranges)
+            if decided is not None:
+                return "true" if decided else "false"
+        if isinstance(v, Op) and v.op == "where":
+            decided = decide(v.args[0], self.ranges)
+            if decided is not None:
+                return self.value(v.args[1] if decided else v.args[2])
         if isinstance(v, Load):
             expr = self._load(v)
         elif isinstance(v, Op):
@@ -186,7 +205,12 @@ class _KernelWriter:
         # under a padding mask) loads unconditionally: the IR guarantees a `where` on the same
         # mask above it, so the masked-off value is never observed, and without the select
         # the parameter math is loop-invariant and hoisted by the compiler.
-        mask = self.value(load.mask) if load.mask is not None and not in_bounds else None
+        mask = None
+        if load.mask is not None and not in_bounds:
+            decided = decide(load.mask, self.ranges)
+            if decided is False:
+                return c_constant(0, load.dtype)
+            mask = self.value(load.mask) if decided is None else None
         expr = load_expr(ptr, index, layout.dtype)
         if layout.dtype != load.dtype:
             expr = convert(expr, layout.dtype, load.dtype)
@@ -274,27 +298,82 @@ class _KernelWriter:
             return
         # Threads over the loops outside the innermost (collapsed into one range), or over
         # the innermost loop itself when the outer ones are too short to share out.
-        outside = order[:-1]
-        outside_numel = math.prod(v.size for v in outside)
-        thread_inner = parallel and outside_numel < OUTER_MIN_POINTS
-        for k, var in enumerate(order):
+        outside, inner = order[:-1], order[-1]
+        thread_inner = parallel and math.prod(v.size for v in outside) < OUTER_MIN_POINTS
+        for k, var in enumerate(outside):
             pragma = None
-            if k == len(order) - 1:
-                pragma = (
-                    "#pragma omp parallel for simd schedule(static)"
-                    if thread_inner
-                    else "#pragma omp simd"
-                )
-            elif k == 0 and parallel and not thread_inner:
+            if k == 0 and parallel and not thread_inner:
                 pragma = "#pragma omp parallel for" + (
                     f" collapse({len(outside)})" if len(outside) > 1 else ""
                 )
-            self.open(
-                f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
-            )
-        self._outer_body()
-        for _ in order:
+            self.open(self._for(var), pragma)
+        pragma = "#pragma omp parallel for simd schedule(static)" if thread_inner else None
+        self._specialised(outside, inner, pragma, self._outer_body, split_inner=not thread_inner)
+        for _ in outside:
             self.close()
+
+    def _for(self, var: Var, lo: int = 0, hi: int | None = None) -> str:
+        hi = var.size if hi is None else hi
+        return f"for (int64_t {var.name} = {lo}; {var.name} < {hi}; ++{var.name})"
+
+    def _specialised(
+        self,
+        outside: list[Var],
+        inner: Var | None,
+        pragma: str | None,
+        body,
+        split_inner: bool = True,
+        unrolled: Sequence[Var] = (),
+    ) -> None:
+        """`body` inside the loop over `inner` (`pragma` on it, `#pragma omp simd` by
+        default; no loop if None), emitted once per range of the loop variables over which
+        the kernel's padding and concatenation conditions are constant (compiler/ir/ranges.py):
+        an `if` chain on the variables of the enclosing loops in `outside`, consecutive loops
+        over the ranges of `inner`. Each copy then has no masked loads and reads one
+        concatenation piece, which is what lets GCC vectorise it."""
+        loop_vars = [*outside, *([inner] if inner is not None else [])]
+        points = breakpoints([st.value for st in self.group.steps], loop_vars, unrolled)
+        cuts = {v.name: intervals(v.size, points.get(v.name, [])) for v in loop_vars}
+        if inner is not None and not split_inner:
+            cuts[inner.name] = [(0, inner.size)]
+        # Code size: each copy is the whole body; give up on the most-split loops first.
+        while math.prod(len(c) for c in cuts.values()) > MAX_SPECIALISED:
+            name = max(cuts, key=lambda n: len(cuts[n]))
+            cuts[name] = [(0, cuts[name][-1][1])]
+
+        def leaf() -> None:
+            if inner is None:
+                body()
+                return
+            for lo, hi in cuts[inner.name]:
+                if (lo, hi) != (0, inner.size):
+                    self.ranges[inner.name] = (lo, hi)
+                self.open(self._for(inner, lo, hi), pragma or "#pragma omp simd")
+                body()
+                self.close()
+                self.ranges.pop(inner.name, None)
+
+        self._dispatch([v for v in outside if len(cuts[v.name]) > 1], cuts, leaf)
+
+    def _dispatch(self, split: list[Var], cuts: dict, leaf) -> None:
+        if not split:
+            leaf()
+            return
+        var, rest = split[0], split[1:]
+        ranges = cuts[var.name]
+        for k, (lo, hi) in enumerate(ranges):
+            self.ranges[var.name] = (lo, hi)
+            if k == 0:
+                header = f"if ({var.name} < {hi})"
+            elif k < len(ranges) - 1:
+                header = f"else if ({var.name} < {hi})"
+            else:
+                header = "else"
+            self.emit(f"// {var.name} in [{lo}, {hi})")
+            self.open(header)
+            self._dispatch(rest, cuts, leaf)
+            self.close()
+        self.ranges.pop(var.name, None)
 
     def _merge_loops(self, order: list[Var]) -> list[Var]:
         """Fuse neighbouring loops whose every index is affine in the fused variable (a
@@ -358,7 +437,7 @@ class _KernelWriter:
         return segments
 
     def _reduction(self) -> None:
-        outer = self._merge_loops(list(self.group.outer))
+        outer = self._merge_loops(self._loop_order())
         # Reduction loops fuse in their own order only, so argmax positions stay flat indices.
         self.rvars = self._merge_loops(list(self.group.reduction))
         group = self.group
@@ -386,30 +465,35 @@ class _KernelWriter:
         # Windows (pooling) and other short reductions: vectorise across output points
         # instead; the short reduction loops are left to the compiler to unroll.
         self.across = bool(outer) and group.reduction_numel <= SHORT_REDUCTION
-        for k, var in enumerate(outer):
-            last = k == len(outer) - 1
+        # The loops opened here: all outer ones, or all but the one vectorised across.
+        opened = outer[:-1] if self.across else outer
+        for k, var in enumerate(opened):
             pragma = None
             if k == 0 and parallel_outer:
-                threaded = outer if not self.across else outer[:-1]
-                if last and self.across:
-                    pragma = "#pragma omp parallel for simd"
-                elif threaded:
-                    collapse = f" collapse({len(threaded)})" if len(threaded) > 1 else ""
-                    pragma = "#pragma omp parallel for" + collapse
-            if last and self.across and pragma is None:
-                pragma = "#pragma omp simd"
-            self.open(
-                f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name})", pragma
+                collapse = f" collapse({len(opened)})" if len(opened) > 1 else ""
+                pragma = "#pragma omp parallel for" + collapse
+            self.open(self._for(var), pragma)
+
+        def body() -> None:
+            for kind, steps in segments:
+                if kind == "outer":
+                    step = steps[0]
+                    var = self.value(step.value)
+                    self.bind(("step", step.name), var)
+                    self.store(step, var)
+                else:
+                    self._reduction_loop(steps, split)
+
+        if self.across:
+            # With one outer loop, threads share the vectorised loop itself.
+            threads_inner = parallel_outer and not opened
+            pragma = "#pragma omp parallel for simd" if threads_inner else None
+            self._specialised(
+                opened, outer[-1], pragma, body, split_inner=not threads_inner, unrolled=self.rvars
             )
-        for kind, steps in segments:
-            if kind == "outer":
-                step = steps[0]
-                var = self.value(step.value)
-                self.bind(("step", step.name), var)
-                self.store(step, var)
-            else:
-                self._reduction_loop(steps, split)
-        for _ in outer:
+        else:
+            self._specialised(opened, None, None, body)
+        for _ in opened:
             self.close()
 
     def _reduction_loop(self, steps: list[Step], split: bool) -> None:
@@ -426,7 +510,9 @@ class _KernelWriter:
             else:
                 ctype = COMPUTE_TYPE[step.dtype]
             acc = Accumulator(step, self.tmp("acc"), ctype, value_ctype=value_ctype)
-            if kind in ("max", "min") and value_ctype in ("float", "double"):
+            # Across output points each lane owns its accumulator and NaN can win inside
+            # the select; an OpenMP reduction clause needs the separate NaN flag.
+            if kind in ("max", "min") and value_ctype in ("float", "double") and not self.across:
                 acc.nan = self.tmp("nan")
             if kind in ("argmax", "argmin"):
                 acc.index = self.tmp("pos")
@@ -456,8 +542,11 @@ class _KernelWriter:
                 self.open("")
                 for var, value in zip(rvars, point):
                     self.emit(f"const int64_t {var.name} = {value};")
+                    self.ranges[var.name] = (value, value + 1)
                 body()
                 self.close()
+            for var in rvars:
+                self.ranges.pop(var.name, None)
         else:
             for k, var in enumerate(rvars):
                 innermost = k == len(rvars) - 1
@@ -528,7 +617,11 @@ def _flat(rvars: Sequence[Var]) -> Index:
 class CppKernel:
     """A loaded C++ kernel: call it with the tensors of its parameters, in order. A kernel
     that gathers checks its library's index-error flag after each launch and raises
-    IndexError as eager would (it read element 0 in place of the bad index)."""
+    IndexError as eager would (it read element 0 in place of the bad index).
+
+    While torch.profiler runs, each launch is bracketed by `record_function(<kernel name>)`,
+    so profiles (and the inspector's Kernels tab) show C++ kernels by name; otherwise the
+    call costs one flag check."""
 
     def __init__(self, name: str, function, nargs: int, index_error=None) -> None:
         self.name = name
@@ -538,7 +631,11 @@ class CppKernel:
         function.restype = None
 
     def __call__(self, *tensors: torch.Tensor) -> None:
-        self.function(*[t.data_ptr() for t in tensors])
+        if _profiler._is_profiler_enabled:
+            with _profiler.record_function(self.name):
+                self.function(*[t.data_ptr() for t in tensors])
+        else:
+            self.function(*[t.data_ptr() for t in tensors])
         if self.index_error is not None and self.index_error.value:
             self.index_error.value = 0
             raise IndexError(f"index out of range in a gather of the compiled kernel {self.name}")

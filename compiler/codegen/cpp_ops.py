@@ -241,10 +241,11 @@ class Accumulator:
             return [f"{a} &= ({v} != 0);"]
         cmp = ">" if self.kind in ("max", "argmax") else "<"
         if self.kind in ("max", "min"):
-            lines = [f"{a} = ({v} {cmp} {a}) ? {v} : {a};"]
             if self.nan:
-                lines.append(f"{self.nan} |= ({v} != {v});")
-            return lines
+                return [f"{a} = ({v} {cmp} {a}) ? {v} : {a};", f"{self.nan} |= ({v} != {v});"]
+            if self.value_ctype in ("float", "double"):  # a NaN wins and then stays
+                return [f"{a} = ({v} {cmp} {a} || {v} != {v}) ? {v} : {a};"]
+            return [f"{a} = ({v} {cmp} {a}) ? {v} : {a};"]
         nan_wins = (
             f" || ({v} != {v} && {a} == {a})" if self.value_ctype in ("float", "double") else ""
         )

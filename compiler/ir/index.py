@@ -144,6 +144,17 @@ class Index:
         ):
             inner = r.terms[0][0]
             return q + Index.of(FloorDiv(inner.base, inner.divisor * d))
+        if (
+            r.const == 0
+            and len(r.terms) == 1
+            and r.terms[0][1] == 1
+            and isinstance(r.terms[0][0], Mod)
+            and r.terms[0][0].modulus % d == 0
+        ):
+            # (e % (d*k)) // d == (e // d) % k: the form `_recombine` can merge with e % d
+            # (a loop over H*W split again by loop fusion folds back into one variable)
+            inner = r.terms[0][0]
+            return q + (Index.of(inner.base) // d) % (inner.modulus // d)
         return q + Index.of(FloorDiv(r, d))
 
     def __mod__(self, m: int) -> "Index":

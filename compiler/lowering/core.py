@@ -34,6 +34,7 @@ from compiler.ir.nodes import (
     Reduction,
     TensorArg,
     Value,
+    loads,
 )
 from compiler.runtime.support import flat_result
 
@@ -89,6 +90,11 @@ class LoweringContext:
         self.current: torch.fx.Node | None = None
         self.layouts: dict[str, Layout] = {}  # every buffer's own layout
         self.mutated_inputs: list[str] = []  # graph inputs written back (in-place user code)
+        # 4-d buffers are laid out channels-last (NHWC) around 2-d convolutions on CPU, where
+        # oneDNN runs them fastest so and pooling and concatenation along channels vectorise
+        # along contiguous channels (decided in `run`, as Inductor's layout optimisation).
+        self.channels_last = False
+        self.allow_channels_last = True
         self._count = 0
 
     # ---- names and provenance -----------------------------------------------------------
@@ -125,7 +131,7 @@ class LoweringContext:
         ivars = make_vars("i", size)
         body = body_fn(tuple(Index.of(v) for v in ivars))
         body = cast(body, dtype)
-        layout = layout or self.output_layout(size, dtype)
+        layout = layout or self.output_layout(size, dtype, body)
         node = Pointwise(self.new_name(), size, body, layout, self.origins, self.aten_name)
         self.nodes.append(node)
         return self.buffer_value(node.name, layout)
@@ -177,7 +183,7 @@ class LoweringContext:
         size, window = tuple(size), tuple(window)
         ivars, rvars = make_vars("i", size), make_vars("r", window)
         body = body_fn(tuple(Index.of(v) for v in ivars), tuple(Index.of(v) for v in rvars))
-        layout = Layout.contiguous(size, out_dtype, self.device)
+        layout = self.natural_layout(size, out_dtype)
         node = Reduction(
             self.new_name(),
             size,
@@ -201,13 +207,48 @@ class LoweringContext:
 
         return TensorValue(layout.size, layout.dtype, loader, TensorArg(name, layout))
 
-    def output_layout(self, size: tuple[int, ...], dtype: torch.dtype) -> Layout:
+    def output_layout(
+        self, size: tuple[int, ...], dtype: torch.dtype, body: Value | None = None
+    ) -> Layout:
         """Node outputs keep eager's strides (channels-last stays channels-last) when the
-        aten node's fake value has this size; contiguous otherwise."""
+        aten node's fake value has this size; contiguous otherwise. In a channels-last graph
+        a 4-d node takes the strides of a buffer of its size that it reads element for
+        element (a convolution's output, NHWC or not), else channels-last (graph outputs
+        are copied back to eager's strides)."""
+        if self.channels_last and len(size) == 4:
+            return self._followed_layout(size, dtype, body) or self.natural_layout(size, dtype)
         val = self.meta() if self.current is not None else None
         if isinstance(val, torch.Tensor) and tuple(val.shape) == size and _dense(val):
             return Layout(size, tuple(val.stride()), dtype, self.device)
         return Layout.contiguous(size, dtype, self.device)
+
+    def _followed_layout(
+        self, size: tuple[int, ...], dtype: torch.dtype, body: Value | None
+    ) -> Layout | None:
+        if body is None:
+            return None
+        own = tuple(Index.of(v) for v in make_vars("i", size))
+        for ld in loads(body):
+            lay = self.layouts.get(ld.buf)
+            if lay is not None and lay.size == size and tuple(ld.indices) == own:
+                return Layout(size, lay.stride, dtype, self.device)
+        return None
+
+    def natural_layout(self, size: Sequence[int], dtype: torch.dtype) -> Layout:
+        """The layout of a new buffer whose strides eager does not fix: channels-last for 4-d
+        buffers of a channels-last graph, contiguous otherwise."""
+        size = tuple(size)
+        if self.channels_last and len(size) == 4:
+            return Layout(size, channels_last_strides(size), dtype, self.device)
+        return Layout.contiguous(size, dtype, self.device)
+
+    def require_strides(self, tv: TensorValue, stride: Sequence[int]) -> TensorValue:
+        """`tv` as a strided view with these strides (size-1 dims aside), copying it into a
+        new buffer of that layout unless it already is one."""
+        if tv.view is not None and same_strides(tv.size, tv.view.layout.stride, stride):
+            return tv
+        layout = Layout(tv.size, tuple(stride), tv.dtype, self.device)
+        return self.pointwise(tv.size, tv.dtype, tv.load, layout=layout)
 
     def realize(self, tv: TensorValue) -> TensorArg:
         """A strided view of a materialised buffer holding `tv` (copying if it has none)."""
@@ -224,8 +265,12 @@ class LoweringContext:
             return self.buffer_value(tv.view.buf, tv.view.layout)
         return self.pointwise(tv.size, tv.dtype, tv.load)
 
-    def extern(self, op: Any, args: tuple, kwargs: dict, note: bool) -> Any:
-        """Run `op` as an aten call on materialised tensors; outputs shaped like the meta."""
+    def extern(
+        self, op: Any, args: tuple, kwargs: dict, note: bool, layouts: Sequence[Layout] = ()
+    ) -> Any:
+        """Run `op` as an aten call on materialised tensors; outputs shaped like the meta, in
+        `layouts` where given (what the op returns for these inputs when the meta, traced
+        with other strides, says otherwise; the wrapper copies if aten disagrees)."""
 
         def arg(a: Any) -> Any:
             return self.realize(a) if isinstance(a, TensorValue) else a
@@ -235,9 +280,12 @@ class LoweringContext:
         val = self.meta()
         flat_vals, spec = tree_flatten(val)
         outputs, values = [], []
+        given = iter(layouts)
         for v in flat_vals:
             if isinstance(v, torch.Tensor):
-                layout = Layout(tuple(v.shape), tuple(v.stride()), v.dtype, self.device)
+                layout = next(given, None) or Layout(
+                    tuple(v.shape), tuple(v.stride()), v.dtype, self.device
+                )
                 name = self.new_name()
                 outputs.append((name, layout))
                 values.append(self.buffer_value(name, layout))
@@ -274,6 +322,13 @@ class LoweringContext:
         if len(devices) > 1:
             raise LoweringError(f"inputs on several devices: {sorted(map(str, devices))}")
         self._device = devices.pop() if devices else torch.device("cpu")
+        if self.allow_channels_last and _runs_convolutions_channels_last(gm, self._device):
+            self.channels_last = True
+            self.notes.append(
+                "4-d tensors are laid out channels-last (NHWC) around the 2-d convolutions, "
+                "which oneDNN runs fastest so on CPU (except where weights outweigh "
+                "activations); outputs keep eager's strides"
+            )
         for pos, (ph, t) in enumerate(zip(placeholders, example_inputs)):
             if not isinstance(t, torch.Tensor):
                 raise LoweringError(f"non-tensor graph input {type(t).__name__}")
@@ -304,7 +359,7 @@ class LoweringContext:
             elif node.op == "output":
                 flat, _ = tree_flatten(node.args[0])
                 outputs = tuple(
-                    self.realize(env[a.name])
+                    self._output(a, env[a.name])
                     if isinstance(a, torch.fx.Node) and isinstance(env[a.name], TensorValue)
                     else (env[a.name] if isinstance(a, torch.fx.Node) else a)
                     for a in flat
@@ -314,6 +369,22 @@ class LoweringContext:
         self.current = None
         lines = dict(self.aot.source_lines)
         return Graph(tuple(self.inputs), tuple(self.constants), tuple(self.nodes), outputs, lines)
+
+    def _output(self, node: torch.fx.Node, tv: TensorValue) -> TensorArg:
+        """A graph output, with eager's strides where a channels-last graph chose others."""
+        val = node.meta.get("val")
+        arg = self.realize(tv)
+        if (
+            self.channels_last
+            and isinstance(val, torch.Tensor)
+            and tuple(val.shape) == tv.size
+            and _dense(val)
+            and not same_strides(tv.size, arg.layout.stride, val.stride())
+        ):
+            self.current = node
+            layout = Layout(tv.size, tuple(val.stride()), tv.dtype, self.device)
+            arg = self.realize(self.pointwise(tv.size, tv.dtype, tv.load, layout=layout))
+        return arg
 
     def lower_node(self, node: torch.fx.Node, env: dict[str, Any]) -> Any:
         def value(a: Any) -> Any:
@@ -347,12 +418,16 @@ class LoweringContext:
         )
 
 
-def lower(aot: AotGraph, example_inputs: Sequence[torch.Tensor]) -> tuple[Graph, list[str]]:
-    """Lower the aten graph; returns the IR graph and notes (extern fallbacks)."""
+def lower(
+    aot: AotGraph, example_inputs: Sequence[torch.Tensor], channels_last: bool = True
+) -> tuple[Graph, list[str]]:
+    """Lower the aten graph; returns the IR graph and notes (extern fallbacks).
+    `channels_last`: a CPU graph with 2-d convolutions may lay its 4-d tensors out NHWC."""
     # The rule modules register themselves on import.
     from compiler.lowering import externs, indexing, pointwise, reductions, views  # noqa: F401
 
     ctx = LoweringContext(aot)
+    ctx.allow_channels_last = channels_last
     graph = ctx.run(example_inputs)
     notes = list(dict.fromkeys(ctx.notes))
     if ctx.mutated_inputs:
@@ -386,6 +461,39 @@ def broadcast_loader(tv: TensorValue, out_size: tuple[int, ...]) -> Loader:
         return tv.load(own)
 
     return loader
+
+
+def channels_last_strides(size: Sequence[int]) -> tuple[int, ...]:
+    """NHWC strides of an (N, C, H, W) tensor."""
+    n, c, h, w = (max(int(s), 1) for s in size)
+    return (h * w * c, 1, w * c, c)
+
+
+def same_strides(size: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
+    """Strides that address the same elements (a size-1 dim's stride never matters)."""
+    return all(s == 1 or x == y for s, x, y in zip(size, a, b))
+
+
+# Convolution input dtypes oneDNN runs in channels-last (float64 goes to a slow fallback).
+_CHANNELS_LAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _runs_convolutions_channels_last(gm: torch.fx.GraphModule, device: torch.device) -> bool:
+    """A CPU graph with a 2-d convolution that oneDNN (mkldnn) runs."""
+    if device.type != "cpu" or not (
+        torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()
+    ):
+        return False
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten.convolution.default:
+            val = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
+            if (
+                isinstance(val, torch.Tensor)
+                and val.dim() == 4
+                and val.dtype in _CHANNELS_LAST_DTYPES
+            ):
+                return True
+    return False
 
 
 def _dense(t: torch.Tensor) -> bool:

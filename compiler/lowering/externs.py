@@ -6,9 +6,18 @@ pointwise work around them (bias, activation, batch norm) into neighbouring kern
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from compiler.lowering.core import LoweringContext, register_lowering
+from compiler.ir.index import contiguous_strides
+from compiler.ir.nodes import Layout
+from compiler.lowering.core import (
+    LoweringContext,
+    channels_last_strides,
+    register_lowering,
+    same_strides,
+)
 
 aten = torch.ops.aten
 
@@ -17,7 +26,6 @@ EXTERN_OPS = [
     aten.bmm,
     aten.addmm,
     aten.baddbmm,
-    aten.convolution,
     aten._scaled_dot_product_flash_attention,
     aten._scaled_dot_product_efficient_attention,
     aten._scaled_dot_product_cudnn_attention,
@@ -28,3 +36,36 @@ EXTERN_OPS = [
 @register_lowering(*EXTERN_OPS)
 def extern(ctx: LoweringContext, node, *args, **kwargs):
     return ctx.extern(node.target, args, kwargs, note=False)
+
+
+# A convolution runs NCHW when its weight has this many times the input's elements, and
+# at least WEIGHT_HEAVY_MIN (below it the copy saved is smaller than the conversions of
+# activations it costs, as in densenet's late 3x3 convolutions).
+WEIGHT_HEAVY_RATIO = 4
+WEIGHT_HEAVY_MIN = 1 << 18
+
+
+@register_lowering(aten.convolution)
+def convolution(ctx: LoweringContext, node, x, weight, *args, **kwargs):
+    """In a channels-last graph (see LoweringContext.channels_last) a 2-d convolution takes
+    its input and weight NHWC, copying them if they are not, and oneDNN then returns NHWC."""
+    if not (ctx.channels_last and len(x.size) == 4 and len(weight.size) == 4):
+        return ctx.extern(node.target, (x, weight, *args), kwargs, note=False)
+    cl_weight = channels_last_strides(weight.size)
+    if (
+        math.prod(weight.size) >= max(WEIGHT_HEAVY_RATIO * math.prod(x.size), WEIGHT_HEAVY_MIN)
+        and weight.view is not None
+        and not same_strides(weight.size, weight.view.layout.stride, cl_weight)
+    ):
+        # Weights much larger than the activations (late stages: 512x512x3x3 on 4x4
+        # pixels): oneDNN reorders the weight into its own blocked format in either layout,
+        # so NCHW saves copying the weight to NHWC first, for a copy of small activations.
+        x = ctx.require_strides(x, contiguous_strides(x.size))
+        size = tuple(ctx.meta().shape)
+        layout = Layout(size, contiguous_strides(size), ctx.meta().dtype, ctx.device)
+        return ctx.extern(node.target, (x, weight, *args), kwargs, note=False, layouts=[layout])
+    x = ctx.require_strides(x, channels_last_strides(x.size))
+    weight = ctx.require_strides(weight, cl_weight)
+    size = tuple(ctx.meta().shape)
+    layout = Layout(size, channels_last_strides(size), ctx.meta().dtype, ctx.device)
+    return ctx.extern(node.target, (x, weight, *args), kwargs, note=False, layouts=[layout])

@@ -33,12 +33,16 @@ from pathlib import Path
 # max/min/isnan and of every comparison users rely on. -fno-math-errno is what lets GCC
 # call the vector math library (libmvec) for `#pragma omp simd` loops, and
 # -fno-trapping-math lets it if-convert and vectorise selects; neither changes values.
+# -fno-tree-pre: GCC's partial redundancy elimination merges the NaN tests of nested
+# selects (NaN-propagating max of a ReLU in a max-pool window) into bool-valued selects its
+# vectoriser then rejects, leaving such loops scalar (a 15x slower max-pool kernel, GCC 12).
 FLAGS: tuple[str, ...] = (
     "-O3",
     "-march=native",
     "-fopenmp",
     "-fno-math-errno",
     "-fno-trapping-math",
+    "-fno-tree-pre",
     "-std=c++17",
     "-shared",
     "-fPIC",

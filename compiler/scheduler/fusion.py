@@ -6,7 +6,8 @@ Three passes:
    extern argument, not a gather table) is substituted into its consumers' bodies, so chains
    of pointwise ops, and pointwise prologues of reductions, become one expression. Nodes
    whose body is large and read by several consumers stay materialised instead of being
-   recomputed.
+   recomputed, and for CPU kernels so do small costly values that consumers broadcast (a
+   per-channel rsqrt read per pixel).
 2. group — the remaining nodes, in order, join an earlier kernel when they iterate over the
    same space (a pointwise node of the kernel's shape, of its reduced input's shape, or of
    its output shape; a reduction over the same input and axes) and every value they read
@@ -52,7 +53,19 @@ from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule,
 
 INLINE_ALWAYS_OPS = 8  # bodies this small are recomputed in every consumer
 INLINE_MAX_OPS = 160  # larger bodies are materialised rather than recomputed by consumers
+# A node with a costly operation whose every consumer iterates over this many times more
+# points (inference batch norm's rsqrt(var + eps) per channel, read per pixel) is computed
+# once into its small buffer rather than per consumer point.
+BROADCAST_MATERIALISE = 8
+COSTLY_OPS = frozenset(
+    {
+        "truediv", "floordiv", "remainder", "fmod", "pow", "sqrt", "rsqrt", "reciprocal",
+        "exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "asin", "acos",
+        "atan", "atan2", "sinh", "cosh", "tanh", "sigmoid", "erf",
+    }
+)  # fmt: skip
 SCAN_LAUNCHES = 16  # how far back a node looks for a kernel to join
+UNRELATED_JOIN_MAX_BYTES = 1 << 20  # larger outputs join only kernels they share data with
 
 
 # ---- pass 1: inline ------------------------------------------------------------------------
@@ -73,7 +86,7 @@ def required_buffers(graph: Graph) -> set[str]:
 
 
 def inline(
-    graph: Graph,
+    graph: Graph, materialise_broadcasts: bool = False
 ) -> tuple[list[Node], dict[str, dict[str, None]], dict[str, dict[str, None]]]:
     """The nodes that remain after substituting inlinable pointwise nodes into consumers
     (their bodies then read only materialised buffers), and for each node the aten node
@@ -81,14 +94,22 @@ def inline(
     nodes inlined into it, in graph order.
 
     A producer is inlinable when it is not required in memory, its own (already inlined)
-    body is at most INLINE_MAX_OPS ops, and it is cheap or read by one consumer; a
+    body is at most INLINE_MAX_OPS ops, it is cheap or read by one consumer, and (with
+    `materialise_broadcasts`, for CPUs, where a GPU would rather save the launch) it is not
+    a costly value broadcast into much larger consumers (BROADCAST_MATERIALISE); a
     materialised node cuts the chain, so bodies cannot grow without bound."""
     need = required_buffers(graph)
+    # Values computed from a reduction (layer norm's rsqrt(var + eps)) stay inlined: they
+    # are computed once per row in the reduction's own kernel anyway.
+    reduced = {n.name for n in graph.nodes if isinstance(n, Reduction)}
     readers: dict[str, int] = {}
+    smallest_reader: dict[str, int] = {}  # points of the smallest loop nest reading a buffer
     for n in graph.nodes:
         if not isinstance(n, ExternKernel):
+            points = _numel(n.input_size if isinstance(n, Reduction) else n.size)
             for buf in {ld.buf for ld in loads(n.body)}:
                 readers[buf] = readers.get(buf, 0) + 1
+                smallest_reader[buf] = min(smallest_reader.get(buf, points), points)
     bodies: dict[str, tuple[tuple[str, ...], Value]] = {}
     names: dict[str, dict[str, None]] = {}
     origins: dict[str, dict[str, None]] = {}
@@ -107,12 +128,32 @@ def inline(
         n = _with_body(n, inline_loads(n.body, bodies) if bodies else n.body)
         ops = op_count(n.body)
         cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
-        if isinstance(n, Pointwise) and n.name not in need and cheap and ops <= INLINE_MAX_OPS:
+        broadcast = (
+            materialise_broadcasts
+            and isinstance(n, Pointwise)
+            and smallest_reader.get(n.name, 0) >= BROADCAST_MATERIALISE * max(_numel(n.size), 1)
+            and any(isinstance(v, Op) and v.op in COSTLY_OPS for v in iter_values(n.body))
+            and not any(ld.buf in reduced for ld in loads(n.body))
+        )
+        if (
+            isinstance(n, Pointwise)
+            and n.name not in need
+            and cheap
+            and ops <= INLINE_MAX_OPS
+            and not broadcast
+        ):
             bodies[n.name] = (tuple(v.name for v in n.vars), n.body)
             inlined_nodes[n.name] = n
         else:
             kept.append(n)
     return kept, names, origins
+
+
+def _numel(size: tuple[int, ...]) -> int:
+    out = 1
+    for s in size:
+        out *= s
+    return out
 
 
 def _not_inlinable(n: Node, bodies: dict) -> list[str]:
@@ -148,6 +189,7 @@ class _Group:
     axes: tuple[int, ...]
     members: list[tuple[Node, str]] = field(default_factory=list)  # (node, "full"|"outer"|"reduce")
     space: dict[str, str] = field(default_factory=dict)  # buffer -> "full" | "outer"
+    reads: set[str] = field(default_factory=set)  # buffers its members load
 
     @property
     def outer_size(self) -> tuple[int, ...]:
@@ -216,7 +258,7 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
                 continue
             role = _role(node, g)
             axes = node.axes if role == "reduce" else g.axes
-            if role is not None and _fits(node, role, g, axes):
+            if role is not None and _fits(node, role, g, axes) and _worth_joining(node, deps, g):
                 chosen = (g, role, axes)
                 break
         if chosen is None:
@@ -232,8 +274,19 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
             g.axes = axes
         g.members.append((node, role))
         g.space[node.name] = "full" if role == "full" else "outer"
+        g.reads |= deps
         producer[node.name] = g.index
     return launches
+
+
+def _worth_joining(node: Node, deps: set[str], g: _Group) -> bool:
+    """A node that shares no data with a kernel saves only a launch by joining it, and runs
+    that much earlier: a large output then lives longer, and buffers allocated together
+    are fresh memory (page faults) where one at a time reuse the last one freed (the
+    weight copies of a channels-last graph, each needed by the next convolution only)."""
+    if deps & (g.reads | g.space.keys()):
+        return True
+    return node.layout.numel * node.layout.dtype.itemsize < UNRELATED_JOIN_MAX_BYTES
 
 
 def _extern_deps(node: ExternKernel) -> set[str]:
@@ -244,9 +297,9 @@ def _extern_deps(node: ExternKernel) -> set[str]:
 # ---- pass 3: finish ------------------------------------------------------------------------
 
 
-def schedule(graph: Graph) -> Schedule:
-    """Fuse `graph` into launches."""
-    nodes, names, origins = inline(graph)
+def schedule(graph: Graph, materialise_broadcasts: bool = False) -> Schedule:
+    """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`)."""
+    nodes, names, origins = inline(graph, materialise_broadcasts)
     launches = group(nodes)
     layouts = graph.buffer_layouts()
     needed_outside = _needed_outside(graph, launches)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from compiler.records import SourceLine
 
 
@@ -21,6 +23,17 @@ class InlineBreak(Exception):
         super().__init__(reason)
         self.reason = reason
         self.user_stack = user_stack
+
+
+class Raised(Exception):
+    """Traced code raised a Python exception (`exc`, an ExceptionVar). The frame's exception
+    table sends it to a handler in the trace; where none catches it, the graph ends before
+    the root-frame instruction it came from, which then raises it for real."""
+
+    def __init__(self, exc: Any):
+        super().__init__(exc)
+        self.exc = exc
+        self.user_stack: list[SourceLine] | None = None  # where it was raised, set when caught
 
 
 class Unsupported(RuntimeError):

@@ -1,11 +1,15 @@
 """Decoded bytecode for CPython 3.11 and 3.12, and what a code object needs from the tracer.
 
 Instructions are addressed by index into `Code.instructions` (caches skipped), never by
-byte offset, so the rest of the tracer is independent of the inline-cache layout.
+byte offset, so the rest of the tracer is independent of the inline-cache layout. The
+exception table (3.11+: try blocks have no instructions of their own, only table entries)
+is decoded to the same indices: `Code.handlers[i]` is where an exception raised by
+instruction i goes.
 """
 
 from __future__ import annotations
 
+import bisect
 import dis
 import linecache
 import sys
@@ -31,6 +35,20 @@ class Instr:
     jump_index: int | None  # index of the jump target, for jumps and FOR_ITER
 
 
+@dataclass(frozen=True)
+class Handler:
+    """One exception-table entry, as it applies to the instructions it covers.
+
+    An exception raised by a covered instruction cuts the value stack down to `depth` items,
+    pushes the raising instruction's index when `lasti` is set (RERAISE reads it back to
+    report the original line), pushes the exception, and jumps to instruction `target`.
+    """
+
+    target: int
+    depth: int
+    lasti: bool
+
+
 @dataclass
 class Code:
     """A code object, decoded once and shared by the tracer and the frame evaluator."""
@@ -43,6 +61,7 @@ class Code:
     unsupported: str | None = None  # why the whole frame must run natively
     is_generator: bool = False  # generators are only inlined, run to completion
     by_offset: dict[int, int] = field(default_factory=dict)
+    handlers: list[Handler | None] = field(default_factory=list)  # per instruction
 
     @property
     def name(self) -> str:
@@ -77,12 +96,9 @@ KNOWN_OPCODES = frozenset(
     JUMP_IF_TRUE_OR_POP RETURN_VALUE RETURN_CONST FORMAT_VALUE CALL_INTRINSIC_1
     BEFORE_WITH PUSH_EXC_INFO WITH_EXCEPT_START POP_EXCEPT RERAISE RAISE_VARARGS
     LOAD_ASSERTION_ERROR IMPORT_NAME IMPORT_FROM DELETE_ATTR RETURN_GENERATOR YIELD_VALUE
+    CHECK_EXC_MATCH LOAD_SUPER_ATTR
     """.split()
 )
-
-# Exception-handling opcodes that a plain `with` block (and 3.12's inlined comprehensions)
-# compile to. Any other handler means a try/except/finally, which the tracer does not model.
-_WITH_HANDLER_OPS = {"PUSH_EXC_INFO", "WITH_EXCEPT_START", "POP_EXCEPT", "RERAISE"}
 
 
 def decode(code: types.CodeType) -> Code:
@@ -118,6 +134,7 @@ def decode(code: types.CodeType) -> Code:
         freevars=code.co_freevars,
         by_offset=by_offset,
     )
+    decoded.handlers = _handlers(code, by_offset, len(instructions))
     decoded.unsupported = _unsupported_reason(code, instructions)
     decoded.is_generator = bool(code.co_flags & 0x20)
     _CACHE[code] = decoded
@@ -131,16 +148,57 @@ def _unsupported_reason(code: types.CodeType, instructions: list[Instr]) -> str 
     unknown = sorted({op for op in ops if op not in KNOWN_OPCODES})
     if unknown:
         return f"bytecode {', '.join(unknown)} is not supported by the tracer; the function runs eagerly"
-    if ops.count("PUSH_EXC_INFO") > ops.count("WITH_EXCEPT_START"):
-        return "try/except/finally blocks are not traced; the function runs eagerly"
     if "LOAD_NAME" in ops:
         return "module-level code (LOAD_NAME) is not traced; the function runs eagerly"
     return None
 
 
-def handler_ops() -> set[str]:
-    return set(_WITH_HANDLER_OPS)
-
-
 def is_jump(opname: str) -> bool:
     return "JUMP" in opname
+
+
+# ---- the exception table --------------------------------------------------------------------
+
+
+def _handlers(code: types.CodeType, by_offset: dict[int, int], count: int) -> list[Handler | None]:
+    """The handler of each instruction, from `co_exceptiontable`.
+
+    The table's format is the same in 3.11 and 3.12 (CPython's InternalDocs on exception
+    handling, Objects/exception_handling_notes.txt in 3.11): a sequence of entries of four
+    varints each, `start`, `length`, `target` (in 2-byte code units) and `depth << 1 | lasti`.
+    A varint is big-endian in 6-bit groups; bit 6 of a byte says another group follows, and
+    bit 7 is set on the first byte of each entry only. Entries do not overlap: the compiler
+    flattens nested try blocks, so the first entry that covers an instruction is its handler.
+    """
+    handlers: list[Handler | None] = [None] * count
+    offsets = sorted(by_offset)
+    for start, end, target, depth, lasti in _table_entries(code.co_exceptiontable):
+        handler = Handler(by_offset[target], depth, lasti)
+        for offset in offsets[bisect.bisect_left(offsets, start) : bisect.bisect_left(offsets, end)]:
+            if handlers[by_offset[offset]] is None:
+                handlers[by_offset[offset]] = handler
+    return handlers
+
+
+def _table_entries(table: bytes) -> list[tuple[int, int, int, int, bool]]:
+    """(start, end, target, depth, lasti) per entry, offsets in bytes."""
+    entries = []
+    pos = 0
+    while pos < len(table):
+        fields = []
+        for _ in range(4):
+            value, pos = _varint(table, pos)
+            fields.append(value)
+        start, length, target, depth_lasti = fields
+        entries.append((2 * start, 2 * (start + length), 2 * target, depth_lasti >> 1, bool(depth_lasti & 1)))
+    return entries
+
+
+def _varint(table: bytes, pos: int) -> tuple[int, int]:
+    byte = table[pos]
+    value = byte & 0x3F
+    while byte & 0x40:
+        pos += 1
+        byte = table[pos]
+        value = (value << 6) | (byte & 0x3F)
+    return value, pos + 1

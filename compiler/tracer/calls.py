@@ -1,40 +1,37 @@
 """Calls: which callee is put in the graph, which is inlined, which is computed on constants,
-and which ends the graph (runs in Python)."""
+and which ends the graph (runs in Python). Builtins are in builtin_fns.py, constructors in
+construct.py, argument binding for inlined functions in binding.py."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-import operator
 import sysconfig
 import types
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.tracer.breaks import Break
+from compiler.tracer import builtin_fns, construct, objects
+from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.marked import marked_call
 from compiler.tracer.operations import (
     as_dict,
-    binary,
     describe,
-    getitem,
-    load_attr,
+    dict_key,
+    module_method,
     mutable_dict,
     mutable_list,
-    truth,
-    unary,
     unpack_iterable,
 )
-from compiler.tracer.shapes import concrete, python_type
 from compiler.tracer.variables import (
     AttrCallVar,
-    CellVar,
     ConstVar,
     DictVar,
+    ExceptionVar,
     FunctionVar,
     GradExitVar,
-    GradModeVar,
     IteratorVar,
     ListVar,
     MethodVar,
@@ -42,12 +39,10 @@ from compiler.tracer.variables import (
     ObjVar,
     PartialVar,
     SetVar,
-    SuperVar,
     TensorVar,
     TupleVar,
     Var,
     as_python_constant,
-    contains_tensor,
     is_python_constant,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
@@ -86,7 +81,15 @@ _AUTOGRAD_REASONS = {
         "compiled with its backward, whose kernels the engine runs"
     ),
 }
-_STATEFUL_TORCH_NAMES = ("manual_seed", "seed", "save", "load", "backward", "synchronize", "compile")
+_STATEFUL_TORCH_NAMES = (
+    "manual_seed",
+    "seed",
+    "save",
+    "load",
+    "backward",
+    "synchronize",
+    "compile",
+)
 _BREAK_TENSOR_METHODS = {
     "item": "Tensor.item() reads a tensor's value into Python",
     "tolist": "Tensor.tolist() reads a tensor's values into Python",
@@ -118,19 +121,33 @@ def builtin_var(value: Any) -> Var:
     return ObjVar(value)
 
 
+# Standard-library code that is plain Python with no effect outside its object: traced
+# like user code (transformers returns a nullcontext() where no autocast is needed).
+_TRACED_STDLIB = {
+    f.__code__
+    for f in (
+        contextlib.nullcontext.__init__,
+        contextlib.nullcontext.__enter__,
+        contextlib.nullcontext.__exit__,
+    )
+}
+
+
 def is_skipped(fn: types.FunctionType) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if module.split(".")[0] in SKIP_PACKAGES:
         return True
+    if fn.__code__ in _TRACED_STDLIB:
+        return False
     filename = fn.__code__.co_filename
     return filename.startswith(_STDLIB) and "site-packages" not in filename
 
 
 def is_torch_function(fn: Any) -> bool:
     module = getattr(fn, "__module__", None) or ""
-    if isinstance(fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType)) or type(
-        fn
-    ).__name__ in ("OpOverload", "OpOverloadPacket", "builtin_function_or_method"):
+    if isinstance(
+        fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType)
+    ) or type(fn).__name__ in ("OpOverload", "OpOverloadPacket", "builtin_function_or_method"):
         if module.startswith("torch.nn.modules") or module.startswith("torch.nn.utils.parametriz"):
             return False
         return module == "torch" or module.startswith("torch.") or module.startswith("torch._")
@@ -146,14 +163,23 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
         orig = getattr(real, "_orig_fn", None)
         if orig is not None and getattr(real, "__compiled__", None) is not None:
             # A compiled function called from compiled code: trace its original into this graph.
-            return call(tx, FunctionVar(fn=orig, source=f"{fn.source}._orig_fn" if fn.source else None), args, kwargs)
+            return call(
+                tx,
+                FunctionVar(fn=orig, source=f"{fn.source}._orig_fn" if fn.source else None),
+                args,
+                kwargs,
+            )
         marked = marked_call(tx, real, args, kwargs) if real is not None else None
         if marked is not None:
             return marked
-        if real is not None and real.__code__.co_name == "decorate_context" and hasattr(real, "__wrapped__"):
+        if (
+            real is not None
+            and real.__code__.co_name == "decorate_context"
+            and hasattr(real, "__wrapped__")
+        ):
             return _call_grad_decorated(tx, fn, args, kwargs)
         if real is not None:
-            special = _SPECIAL.get(real)
+            special = builtin_fns.SPECIAL.get(real)
             if special is not None:
                 return special(tx, args, kwargs)
             if args and _is_optimizer(args[0]):
@@ -187,20 +213,22 @@ def _call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]
     if isinstance(value, torch.nn.Module):
         return call_module(tx, fn, args, kwargs)
     try:
-        special = _SPECIAL.get(value)
+        special = builtin_fns.SPECIAL.get(value)
     except TypeError:  # unhashable callable
         special = None
     if special is not None:
         return special(tx, args, kwargs)
-    if _is_pure_builtin(value):
-        return _fold(tx, value, args, kwargs)
+    if builtin_fns.is_pure_builtin(value):
+        return builtin_fns.fold(tx, value, args, kwargs)
     if isinstance(value, type):
-        return _construct(tx, fn, args, kwargs)
+        return construct.construct_object(tx, fn, args, kwargs)
     if is_torch_function(value):
         return torch_call(tx, value, args, kwargs)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         self_src = f"{fn.source}.__self__" if fn.source else None
-        self_var = wrap(tx, value.__self__, self_src) if self_src else wrap_unguarded(value.__self__)
+        self_var = (
+            wrap(tx, value.__self__, self_src) if self_src else wrap_unguarded(value.__self__)
+        )
         return call(tx, FunctionVar(fn=value.__func__), [self_var, *args], kwargs)
     if isinstance(value, types.FunctionType):
         return call(tx, FunctionVar(fn=value, source=fn.source), args, kwargs)
@@ -233,7 +261,12 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
         fwd = inspect.getattr_static(original, "forward")
         return call(tx, FunctionVar(fn=fwd), [mod_var, *args], kwargs)
     if forward is not None:
-        return call(tx, wrap(tx, forward, f"{mod_var.source}.forward") if mod_var.source else ObjVar(forward), args, kwargs)
+        return call(
+            tx,
+            wrap(tx, forward, f"{mod_var.source}.forward") if mod_var.source else ObjVar(forward),
+            args,
+            kwargs,
+        )
     forward = inspect.getattr_static(type(mod), "forward")
     src = f"type({mod_var.source}).forward" if mod_var.source else None
     return call(tx, FunctionVar(fn=forward, source=src), [mod_var, *args], kwargs)
@@ -276,16 +309,18 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
     if isinstance(obj, ListVar):
         return _list_method(tx, obj, name, args)
     if isinstance(obj, DictVar):
-        return _dict_method(tx, obj, name, args, kwargs)
+        return dict_method(tx, obj, name, args, kwargs)
+    if isinstance(obj, NewObjectVar):
+        return objects.object_method(tx, obj, name, args, kwargs)
+    if isinstance(obj, ObjVar) and name in ("__getattribute__", "__setattr__", "__delattr__"):
+        return objects.real_object_method(tx, obj, name, args)
     if isinstance(obj, SetVar) and name in ("add", "discard") and is_python_constant(args[0]):
         present = [i for i in obj.items if as_python_constant(i) != as_python_constant(args[0])]
         obj.items[:] = present + ([args[0]] if name == "add" else [])
         return ConstVar(None)
     if isinstance(obj, TupleVar) and name in ("index", "count"):
-        return _fold(tx, getattr(tuple(as_python_constant(obj)), name), args, kwargs)
+        return builtin_fns.fold(tx, getattr(tuple(as_python_constant(obj)), name), args, kwargs)
     if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module):
-        from compiler.tracer.operations import module_method
-
         return module_method(tx, obj, name, args, kwargs)
     raise Break(f"method {name!r} of {describe(obj)} is not traced")
 
@@ -294,7 +329,7 @@ def _list_method(tx: Tracer, lst: ListVar, name: str, args: list[Var]) -> Var:
     if name in ("index", "count", "copy", "__len__"):
         if name == "copy":
             return ListVar(list(lst.items))
-        return _fold(tx, getattr(as_python_constant(lst), name), args, {})
+        return builtin_fns.fold(tx, getattr(as_python_constant(lst), name), args, {})
     items = mutable_list(lst).items
     if name == "append":
         items.append(args[0])
@@ -313,112 +348,65 @@ def _list_method(tx: Tracer, lst: ListVar, name: str, args: list[Var]) -> Var:
     return ConstVar(None)
 
 
-def _dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """dict's own method `name` (never a subclass's override: the caller resolved those)."""
     if name == "items":
         return ListVar([TupleVar([ConstVar(k), v]) for k, v in d.items.items()])
-    if name == "keys":
-        return ListVar([ConstVar(k) for k in d.items])
+    if name in ("keys", "__iter__"):
+        keys = [ConstVar(k) for k in d.items]
+        # a keys view compares and combines as a set, and iterates in insertion order
+        return SetVar(keys) if name == "keys" else IteratorVar(keys)
     if name == "values":
         return ListVar(list(d.items.values()))
     if name == "get":
-        key = as_python_constant(args[0])
+        key = dict_key(args[0])
         return d.items.get(key, args[1] if len(args) > 1 else ConstVar(None))
     if name == "copy":
         return DictVar(dict(d.items), cls=d.cls)
     if name == "__getitem__":
-        return getitem(tx, d, args[0])
+        key = dict_key(args[0])
+        if key not in d.items:
+            raise Raised(ExceptionVar(KeyError, [args[0]]))
+        return d.items[key]
     if name == "__contains__":
-        return ConstVar(as_python_constant(args[0]) in d.items)
+        return ConstVar(dict_key(args[0]) in d.items)
+    if name == "__len__":
+        return ConstVar(len(d.items))
     items = mutable_dict(d).items
+    if name == "__setitem__":
+        items[dict_key(args[0])] = args[1]
+        return ConstVar(None)
+    if name in ("__delitem__", "pop"):
+        key = dict_key(args[0])
+        if key in items:
+            value = items.pop(key)
+            return value if name == "pop" else ConstVar(None)
+        if name == "pop" and len(args) > 1:
+            return args[1]
+        raise Raised(ExceptionVar(KeyError, [args[0]]))
     if name == "update":
         for a in args:
             items.update(as_dict(tx, a).items)
         items.update(kwargs)
         return ConstVar(None)
-    if name == "pop":
-        key = as_python_constant(args[0])
-        if key in items:
-            return items.pop(key)
-        if len(args) > 1:
-            return args[1]
-        raise Break(f"dict.pop of missing key {key!r}")
     if name == "setdefault":
-        key = as_python_constant(args[0])
+        key = dict_key(args[0])
         return items.setdefault(key, args[1] if len(args) > 1 else ConstVar(None))
+    if name == "clear":
+        items.clear()
+        return ConstVar(None)
     raise Break(f"dict.{name} is not traced")
 
 
-# ---- constructing objects --------------------------------------------------------------------
-
-
-def _construct(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    cls = cls_var.value
-    if isinstance(cls, type) and issubclass(cls, torch.amp.autocast):
-        return _autocast(cls, args, kwargs)
-    if cls is torch.Size:
-        return TupleVar(list(unpack_iterable(tx, args[0])) if args else [], cls=torch.Size)
-    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        bound = inspect.signature(cls).bind(*args, **kwargs)
-        bound.apply_defaults()
-        return TupleVar([_as_var(v) for v in bound.arguments.values()], cls=cls)
-    if issubclass(cls, torch.nn.Module) and cls.__module__.startswith("torch.nn") and not contains_tensor(
-        TupleVar(list(args) + list(kwargs.values()))
-    ):
-        module = cls(*[as_python_constant(a) for a in args], **{k: as_python_constant(v) for k, v in kwargs.items()})
-        if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
-            raise Break(f"constructing {cls.__name__} creates parameters; it runs in Python")
-        return ObjVar(module)
-    if cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(is_python_constant(a) for a in args):
-        return _fold(tx, cls, args, kwargs)
-    if cls is functools.partial and args:
-        return PartialVar(args[0], list(args[1:]), dict(kwargs))
-    if _is_plain_class(cls):
-        obj = NewObjectVar(cls, {})
-        init = inspect.getattr_static(cls, "__init__")
-        if isinstance(init, types.FunctionType):
-            call(tx, FunctionVar(fn=init), [obj, *args], kwargs)
-        elif args or kwargs:
-            raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
-        return obj
-    raise Break(f"constructing a {cls.__qualname__} runs in Python")
-
-
-def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    """`torch.autocast(..., enabled=False)` while autocast is off (every entry guards that)
-    changes nothing: a context that keeps the grad mode. timm's efficientvit computes its
-    attention under one. Autocast switched on runs in Python."""
-    if not all(is_python_constant(v) for v in (*args, *kwargs.values())):
-        raise Break("torch.autocast with traced arguments runs in Python")
-    bound = inspect.signature(cls.__init__).bind(
-        None, *[as_python_constant(a) for a in args],
-        **{k: as_python_constant(v) for k, v in kwargs.items()},
-    )  # fmt: skip
-    bound.apply_defaults()
-    if bound.arguments.get("enabled") is False and not torch._C._is_any_autocast_enabled():
-        return GradModeVar(None)
-    raise Break("torch.autocast that switches autocast on or off runs in Python")
-
-
-def _is_plain_class(cls: type) -> bool:
-    """A Python class whose instances are plain objects with a __dict__: built symbolically."""
-    if type(cls) is not type or cls.__module__ == "builtins" or is_skipped_module(cls.__module__):
-        return False
-    if any("__slots__" in k.__dict__ for k in cls.__mro__[:-1]):
-        return False
-    return all(k is object or "__new__" not in k.__dict__ for k in cls.__mro__) and not issubclass(
-        cls, (BaseException, torch.nn.Module, torch.Tensor)
-    )
-
-
-def is_skipped_module(module: str) -> bool:
-    return module.split(".")[0] in SKIP_PACKAGES or module.split(".")[0] == "torch"
-
-
-def _call_grad_decorated(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _call_grad_decorated(
+    tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]
+) -> Var:
     """A function decorated with @torch.no_grad() / @torch.enable_grad(): the wrapped function
     is inlined with the grad mode switched around it."""
     real = fn.fn
-    closure = dict(zip(real.__code__.co_freevars, (c.cell_contents for c in real.__closure__ or ())))
+    closure = dict(
+        zip(real.__code__.co_freevars, (c.cell_contents for c in real.__closure__ or ()))
+    )
     factory = closure.get("ctx_factory")
     ctx = factory() if callable(factory) else None
     if type(ctx) not in (torch.no_grad, torch.enable_grad):
@@ -429,428 +417,3 @@ def _call_grad_decorated(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: d
     result = call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
     tx.builder.set_grad_enabled(prev)
     return result
-
-
-def _as_var(v: Any) -> Var:
-    return v if isinstance(v, Var) else wrap_unguarded(v)
-
-
-# ---- builtins -----------------------------------------------------------------------------------
-
-_PURE_MODULES = {"math", "cmath", "operator", "_operator"}
-_PURE_BUILTINS = {
-    abs, all, any, bool, chr, divmod, float, hash, int, len, max, min, ord, pow, repr, round,
-    sorted, str, sum, format, hex, oct, bin,
-}  # fmt: skip
-
-
-_TEXT_BUILTINS = {str, repr, format, hash, ascii}
-
-
-def _is_pure_builtin(fn: Any) -> bool:
-    if fn in _PURE_BUILTINS:
-        return True
-    module = getattr(fn, "__module__", None)
-    if module in _PURE_MODULES:
-        return True
-    self_obj = getattr(fn, "__self__", None)
-    return isinstance(fn, types.BuiltinMethodType) and isinstance(self_obj, (str, int, float, tuple, bytes))
-
-
-def _fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    """Compute a pure function of constants now; with tensors, record it as a graph op."""
-    args = [ListVar(a.items[a.index :]) if isinstance(a, IteratorVar) else a for a in args]
-    if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
-        if fn in (abs, pow) or getattr(fn, "__module__", None) in ("operator", "_operator"):
-            return tx.builder.call("call_function", fn, args, kwargs)
-        if fn in (max, min, sum, all, any, sorted):
-            return _reduce_builtin(tx, fn, args)
-        if fn in (bool, int, float) and args and isinstance(args[0], TensorVar):
-            raise Break(f"{fn.__name__}() of a tensor reads its value into Python")
-        if fn is len and args and isinstance(args[0], TensorVar):
-            return ConstVar(len(args[0].fake))
-        raise Break(f"{getattr(fn, '__name__', fn)} on tensors is not traced")
-    try:
-        a = [as_python_constant(x) for x in args]
-        k = {n: as_python_constant(v) for n, v in kwargs.items()}
-        if fn in _TEXT_BUILTINS:  # text of a symbolic size is its value's (shapes.py)
-            a = [concrete(x) for x in a]
-    except TypeError:
-        if fn is len and args:
-            return _len(tx, args[0])
-        raise Break(f"{getattr(fn, '__name__', fn)} of non-constant values is not traced") from None
-    try:
-        return wrap_unguarded(fn(*a, **k))
-    except Exception as e:
-        raise Break(f"{getattr(fn, '__name__', fn)} raised {type(e).__name__}: {e}") from None
-
-
-def _reduce_builtin(tx: Tracer, fn: Callable, args: list[Var]) -> Var:
-    if fn is sum:
-        items = unpack_iterable(tx, args[0])
-        total = args[1] if len(args) > 1 else ConstVar(0)
-        for item in items:
-            total = binary(tx, operator.add, total, item)
-        return total
-    raise Break(f"{fn.__name__}() over tensors compares tensor values")
-
-
-def _len(tx: Tracer, v: Var) -> Var:
-    if isinstance(v, ConstVar):
-        try:
-            return ConstVar(len(v.value))
-        except TypeError as e:
-            raise Break(f"len() raised TypeError: {e}") from None
-    if isinstance(v, (ListVar, TupleVar, SetVar)):
-        return ConstVar(len(v.items))
-    if isinstance(v, DictVar):
-        return ConstVar(len(v.items))
-    if isinstance(v, IteratorVar):
-        raise Break("len() of an iterator")
-    if isinstance(v, TensorVar):
-        return ConstVar(len(v.fake))
-    if isinstance(v, ObjVar) and isinstance(v.value, torch.nn.Module) and v.source:
-        tx.guards.length(v.source, v.value)
-        return ConstVar(len(v.value))
-    if isinstance(v, NewObjectVar):
-        return ConstVar(len(v.fields))
-    raise Break(f"len() of {describe(v)}")
-
-
-def _python_type(v: Var) -> type:
-    if isinstance(v, TensorVar):
-        return torch.nn.Parameter if v.source and _is_parameter(v) else torch.Tensor
-    if isinstance(v, (ConstVar, ObjVar)):
-        return python_type(v.value)
-    if isinstance(v, ListVar):
-        return list
-    if isinstance(v, TupleVar):
-        return v.cls
-    if isinstance(v, DictVar):
-        return v.cls
-    if isinstance(v, SetVar):
-        return set
-    if isinstance(v, (FunctionVar,)):
-        return types.FunctionType
-    if isinstance(v, MethodVar):
-        return types.MethodType
-    if isinstance(v, NewObjectVar):
-        return v.cls
-    raise Break(f"type of {describe(v)}")
-
-
-def _is_parameter(v: TensorVar) -> bool:
-    return bool(v.node.meta.get("is_parameter"))
-
-
-def _isinstance(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    obj, classes = args[0], as_python_constant(args[1])
-    if isinstance(obj, ObjVar):
-        return ConstVar(isinstance(obj.value, classes))
-    if isinstance(obj, TensorVar):
-        return ConstVar(issubclass(_python_type(obj), classes) or (
-            not _is_parameter(obj) and isinstance(obj.fake, classes) and classes is not torch.nn.Parameter
-        ))
-    return ConstVar(issubclass(_python_type(obj), classes))
-
-
-def _getattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    name = as_python_constant(args[1])
-    if len(args) > 2 and not _hasattr_value(tx, args[0], name):
-        return args[2]
-    return load_attr(tx, args[0], name)
-
-
-def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
-    if isinstance(obj, (ObjVar, ConstVar)):
-        return hasattr(obj.value, name)
-    if isinstance(obj, TensorVar):
-        return hasattr(obj.fake, name)
-    if isinstance(obj, NewObjectVar):
-        return name in obj.fields or hasattr(obj.cls, name)
-    try:
-        load_attr(tx, obj, name)
-        return True
-    except Break:
-        return False
-
-
-def _hasattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return ConstVar(_hasattr_value(tx, args[0], as_python_constant(args[1])))
-
-
-def _range(tx, args, kwargs):
-    return ConstVar(range(*[as_python_constant(a) for a in args]))
-
-
-def _list(tx, args, kwargs):
-    return ListVar(unpack_iterable(tx, args[0]) if args else [])
-
-
-def _tuple(tx, args, kwargs):
-    return TupleVar(unpack_iterable(tx, args[0]) if args else [])
-
-
-def _dict(tx, args, kwargs):
-    items: dict[Any, Var] = {}
-    if args:
-        src = args[0]
-        if isinstance(src, DictVar):
-            items.update(src.items)
-        else:
-            for pair in unpack_iterable(tx, src):
-                k, v = unpack_iterable(tx, pair)
-                items[as_python_constant(k)] = v
-    items.update(kwargs)
-    return DictVar(items)
-
-
-def _enumerate(tx, args, kwargs):
-    start = as_python_constant(args[1]) if len(args) > 1 else as_python_constant(kwargs.get("start", ConstVar(0)))
-    items = unpack_iterable(tx, args[0])
-    return IteratorVar([TupleVar([ConstVar(i + start), v]) for i, v in enumerate(items)])
-
-
-def _zip(tx, args, kwargs):
-    columns = [unpack_iterable(tx, a) for a in args]
-    return IteratorVar([TupleVar(list(row)) for row in zip(*columns)])
-
-
-def _reversed(tx, args, kwargs):
-    return IteratorVar(list(reversed(unpack_iterable(tx, args[0]))))
-
-
-def _iter(tx, args, kwargs):
-    from compiler.tracer.operations import get_iter
-
-    return get_iter(tx, args[0])
-
-
-def _next(tx, args, kwargs):
-    it = args[0]
-    if isinstance(it, IteratorVar) and it.index < len(it.items):
-        it.index += 1
-        return it.items[it.index - 1]
-    if isinstance(it, IteratorVar) and len(args) > 1:
-        return args[1]
-    raise Break("next() on an exhausted or unknown iterator")
-
-
-def _map(tx, args, kwargs):
-    columns = [unpack_iterable(tx, a) for a in args[1:]]
-    return IteratorVar([call(tx, args[0], list(row), {}) for row in zip(*columns)])
-
-
-def _filter(tx, args, kwargs):
-    items = unpack_iterable(tx, args[1])
-    if isinstance(args[0], ConstVar) and args[0].value is None:
-        return IteratorVar([i for i in items if truth(tx, i)])
-    return IteratorVar([i for i in items if truth(tx, call(tx, args[0], [i], {}))])
-
-
-def _print(tx, args, kwargs):
-    raise Break("print() writes output; it runs in Python")
-
-
-def _type(tx, args, kwargs):
-    if len(args) != 1:
-        raise Break("type() with three arguments")
-    return ObjVar(_python_type(args[0]))
-
-
-def _callable(tx, args, kwargs):
-    v = args[0]
-    if isinstance(v, (FunctionVar, MethodVar, AttrCallVar)):
-        return ConstVar(True)
-    if isinstance(v, (ObjVar, ConstVar)):
-        return ConstVar(callable(v.value))
-    return ConstVar(False)
-
-
-def _super(tx, args, kwargs):
-    if len(args) == 2:
-        return SuperVar(as_python_constant(args[0]), args[1])
-    frame = tx.current_frame
-    if "__class__" not in frame.cells:
-        raise Break("zero-argument super() outside a method")
-    cls = as_python_constant(tx.cell_contents(frame.cells["__class__"]))
-    first = frame.code.code.co_varnames[0]
-    return SuperVar(cls, tx.resolve(frame.locals[first]))
-
-
-def _grad_ctx(enabled: bool) -> Callable:
-    def make(tx, args, kwargs):
-        return GradModeVar(enabled)
-
-    return make
-
-
-def _set_grad_enabled(tx, args, kwargs):
-    enabled = bool(as_python_constant(args[0]))
-    prev = tx.builder.grad_enabled
-    tx.builder.set_grad_enabled(enabled)
-    return GradModeVar(enabled, prev)
-
-
-def _is_grad_enabled(tx, args, kwargs):
-    return ConstVar(tx.builder.grad_enabled)
-
-
-def _min_max(fn):
-    def fold(tx, args, kwargs):
-        if len(args) == 1:
-            items = unpack_iterable(tx, args[0])
-        else:
-            items = list(args)
-        if all(is_python_constant(i) and not isinstance(i, ObjVar) for i in items):
-            return ConstVar(fn(as_python_constant(i) for i in items))
-        raise Break(f"{fn.__name__}() over tensors compares tensor values")
-
-    return fold
-
-
-def _bool(tx, args, kwargs):
-    if not args:
-        return ConstVar(False)
-    return ConstVar(truth(tx, args[0]))
-
-
-def _unary_builtin(op):
-    def run(tx, args, kwargs):
-        if isinstance(args[0], TensorVar):
-            return unary(tx, op, args[0])
-        return _fold(tx, op, args, kwargs)
-
-    return run
-
-
-_SPECIAL: dict[Any, Callable] = {
-    isinstance: _isinstance,
-    getattr: _getattr,
-    hasattr: _hasattr,
-    range: _range,
-    list: _list,
-    tuple: _tuple,
-    dict: _dict,
-    enumerate: _enumerate,
-    zip: _zip,
-    reversed: _reversed,
-    iter: _iter,
-    next: _next,
-    print: _print,
-    map: _map,
-    filter: _filter,
-    type: _type,
-    callable: _callable,
-    super: _super,
-    max: _min_max(max),
-    min: _min_max(min),
-    bool: _bool,
-    abs: _unary_builtin(operator.abs),
-    len: lambda tx, args, kwargs: _len(tx, args[0]),
-    torch.no_grad: _grad_ctx(False),
-    torch.enable_grad: _grad_ctx(True),
-    torch.set_grad_enabled: _set_grad_enabled,
-    torch.is_grad_enabled: _is_grad_enabled,
-    torch.inference_mode: lambda tx, a, k: (_ for _ in ()).throw(Break("torch.inference_mode runs in Python")),
-}
-if hasattr(torch, "_C") and hasattr(torch._C, "_has_torch_function"):
-    for _fn in (
-        torch._C._has_torch_function,
-        torch._C._has_torch_function_unary,
-        torch._C._has_torch_function_variadic,
-        torch.overrides.has_torch_function,
-        torch.overrides.has_torch_function_unary,
-        torch.overrides.has_torch_function_variadic,
-    ):
-        # Plain tensors never carry __torch_function__ overrides (subclasses are guarded out).
-        _SPECIAL[_fn] = lambda tx, args, kwargs: ConstVar(False)
-
-
-# ---- argument binding for inlined functions --------------------------------------------------
-
-
-def bind_arguments(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> dict[str, Var]:
-    code = fn.get_code()
-    nargs, posonly, kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
-    names = code.co_varnames
-    pos_names = names[:nargs]
-    kwonly_names = names[nargs : nargs + kwonly]
-    i = nargs + kwonly
-    varargs_name = varkw_name = None
-    if code.co_flags & inspect.CO_VARARGS:
-        varargs_name = names[i]
-        i += 1
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        varkw_name = names[i]
-    fname = code.co_name
-    bound: dict[str, Var] = {}
-    for name, a in zip(pos_names, args):
-        bound[name] = a
-    extra = args[nargs:]
-    if extra and varargs_name is None:
-        raise Break(f"{fname}() takes {nargs} positional arguments but {len(args)} were given")
-    if varargs_name is not None:
-        bound[varargs_name] = TupleVar(list(extra))
-    varkw: dict[str, Var] = {}
-    for k, v in kwargs.items():
-        if k in pos_names[posonly:] or k in kwonly_names:
-            if k in bound:
-                raise Break(f"{fname}() got multiple values for argument {k!r}")
-            bound[k] = v
-        elif varkw_name is not None:
-            varkw[k] = v
-        else:
-            raise Break(f"{fname}() got an unexpected keyword argument {k!r}")
-    defaults = _defaults(tx, fn)
-    first_default = nargs - len(defaults)
-    for j, name in enumerate(pos_names):
-        if name not in bound:
-            if j >= first_default:
-                bound[name] = defaults[j - first_default]
-            else:
-                raise Break(f"{fname}() missing required argument {name!r}")
-    kwdefaults = _kwdefaults(tx, fn)
-    for name in kwonly_names:
-        if name not in bound:
-            if name not in kwdefaults:
-                raise Break(f"{fname}() missing required keyword-only argument {name!r}")
-            bound[name] = kwdefaults[name]
-    if varkw_name is not None:
-        bound[varkw_name] = DictVar(varkw)
-    return bound
-
-
-def _defaults(tx: Tracer, fn: FunctionVar) -> list[Var]:
-    if fn.fn is None:
-        return list(fn.defaults.items) if fn.defaults is not None else []
-    values = fn.fn.__defaults__ or ()
-    return [_default_var(tx, fn, v, f"__defaults__[{i}]") for i, v in enumerate(values)]
-
-
-def _kwdefaults(tx: Tracer, fn: FunctionVar) -> dict[str, Var]:
-    if fn.fn is None:
-        return dict(fn.kwdefaults.items) if fn.kwdefaults is not None else {}
-    values = fn.fn.__kwdefaults__ or {}
-    return {k: _default_var(tx, fn, v, f"__kwdefaults__[{k!r}]") for k, v in values.items()}
-
-
-def _default_var(tx: Tracer, fn: FunctionVar, value: Any, attr: str) -> Var:
-    if isinstance(value, torch.Tensor) or isinstance(value, (list, dict)):
-        if fn.source is None:
-            raise Break("a tensor or mutable default argument of a function without a source")
-        return wrap(tx, value, f"{fn.source}.{attr}")
-    return wrap_unguarded(value)
-
-
-def function_closure(tx: Tracer, fn: FunctionVar) -> list[CellVar]:
-    if fn.fn is None:
-        return list(fn.closure or [])
-    cells = fn.fn.__closure__ or ()
-    names = fn.fn.__code__.co_freevars
-    return [
-        CellVar(cell=c, name=n, source=f"{fn.source}.__closure__[{i}].cell_contents" if fn.source else None)
-        for i, (n, c) in enumerate(zip(names, cells))
-    ]
-
-

@@ -3,19 +3,25 @@
 At a graph break the evaluator holds the frame's real locals and stack and runs the breaking
 instruction here; when a frame cannot be compiled any further it runs the rest of it here
 too. Calls go through `call_real`, so user functions called from here are compiled again.
+
+An exception raised by an instruction run here goes where CPython would send it: the
+instruction's entry in the exception table (bytecode.Handler), else out of the frame. While
+a handler runs (`RealFrame.unwinding`) the frame evaluator runs it here, instruction by
+instruction, with the exception made the one `sys.exc_info()` reports, as in eager.
 """
 
 from __future__ import annotations
 
 import dis
 import operator
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from compiler.tracer.bytecode import PY312, Code, Instr
+from compiler.tracer.bytecode import PY312, Code, Handler, Instr
 from compiler.tracer.calls import REAL_NULL
-from compiler.tracer.translator import BINARY_OPS, COMPARE_OPS
+from compiler.tracer.operations import BINARY_OPS, COMPARE_OPS
 
 
 @dataclass
@@ -28,6 +34,12 @@ class RealFrame:
     pc: int = 0
     kw_names: tuple | None = None
     fn_name: str = ""
+    # Exception handling: the exception the running handler handles (None when none runs),
+    # how many handlers run (PUSH_EXC_INFO not yet matched by POP_EXCEPT), and whether an
+    # exception is being handled at all (from its dispatch until its last POP_EXCEPT).
+    handled: BaseException | None = None
+    handling: int = 0
+    unwinding: bool = False
 
     def values(self) -> dict[str, Any]:
         """`L` for guards and sources: locals, cell contents and stack slots by name."""
@@ -59,22 +71,68 @@ def step(frame: RealFrame, ins: Instr, call_real: CallReal) -> None:
     if handler is None:
         raise RuntimeError(f"the frame evaluator cannot run {ins.opname}")
     try:
-        handler(frame, ins, call_real)
+        if frame.handled is not None:
+            _while_handling(frame.handled, handler, frame, ins, call_real)
+        else:
+            handler(frame, ins, call_real)
     except Returned:
         raise
-    except Exception as e:
-        _raise_at_user_line(e, frame, ins)
+    except BaseException as e:
+        handler = frame.code.handlers[ins.index]
+        if handler is None:
+            _raise_at_user_line(e, frame, ins)
+        _note_user_line(e, frame, ins)
+        _unwind(frame, handler, ins, e)
 
 
-def _raise_at_user_line(exc: Exception, frame: RealFrame, ins: Instr) -> None:
-    """Re-raise `exc` from a frame that carries the user's file, line and function name, so the
-    traceback points at the user's line as it does in eager."""
-    if getattr(exc, "_compiler_user_frame", None) == (frame.code.code, ins.lineno) or not ins.lineno:
+def _unwind(frame: RealFrame, handler: Handler, ins: Instr, exc: BaseException) -> None:
+    """Send `exc`, raised by `ins`, to its handler in the exception table."""
+    del frame.stack[handler.depth :]
+    if handler.lasti:
+        frame.stack.append(ins.index)  # the stack layout the handler expects (CPython's lasti)
+    frame.stack.append(exc)
+    frame.pc = handler.target
+    frame.kw_names = None
+    frame.unwinding = True
+
+
+def _while_handling(exc: BaseException, handler: Callable, *args: Any) -> None:
+    """Run `handler` with `exc` as the exception being handled, as inside an `except` block:
+    sys.exc_info() reports it, a bare `raise` re-raises it, and an exception raised meanwhile
+    gets it as its __context__. Raising it here must not change it: its traceback and
+    context are put back before the handler runs."""
+    tb, context = exc.__traceback__, exc.__context__
+    try:
         raise exc
-    exc._compiler_user_frame = (frame.code.code, ins.lineno)
+    except BaseException:
+        exc.__traceback__, exc.__context__ = tb, context
+        handler(*args)
+
+
+def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> None:
+    """Re-raise `exc` from a frame that carries the user's file, line and function name, so the
+    traceback points at the user's line as it does in eager: once per frame, at the line that
+    raised it first (a `finally` or `except` that re-raises it adds no line, as in eager)."""
+    marked = getattr(exc, "_compiler_user_frames", None)
+    if marked is None:
+        marked = []
+        if hasattr(exc, "__dict__"):  # not an exception class with __slots__
+            exc._compiler_user_frames = marked
+    if not ins.lineno or not hasattr(exc, "__dict__") or any(f is frame for f in marked):
+        raise exc
+    marked.append(frame)
     code = compile("\n" * (ins.lineno - 1) + "raise ___exc", frame.code.code.co_filename, "exec")
     code = code.replace(co_name=frame.fn_name or frame.code.code.co_name)
     exec(code, {"___exc": exc})
+
+
+def _note_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> None:
+    """Add this frame's line to the traceback of `exc`, which a handler of the frame catches."""
+    try:
+        _raise_at_user_line(exc, frame, ins)
+    except BaseException as raised:
+        if raised is not exc:
+            raise
 
 
 def _builtins(frame: RealFrame) -> dict:
@@ -248,7 +306,10 @@ def _format_value(f, ins, call_real):
 
 def _raise(f, ins, call_real):
     if ins.arg == 0:
-        raise RuntimeError("No active exception to reraise")
+        active = sys.exc_info()[1]  # the handled exception, of this frame or of a caller
+        if active is None:
+            raise RuntimeError("No active exception to reraise")
+        raise active
     cause = f.stack.pop() if ins.arg == 2 else None
     exc = f.stack.pop()
     if isinstance(exc, type):
@@ -256,6 +317,52 @@ def _raise(f, ins, call_real):
     if ins.arg == 2:
         raise exc from cause
     raise exc
+
+
+def _push_exc_info(f, ins, call_real):
+    exc = f.stack.pop()
+    f.stack.append(f.handled if f.handled is not None else sys.exc_info()[1])
+    f.handled = exc
+    f.handling += 1
+    f.stack.append(exc)
+
+
+def _pop_except(f, ins, call_real):
+    previous = f.stack.pop()
+    f.handling -= 1
+    # The last handler's previous exception is the caller's (or none), which is what
+    # sys.exc_info() reports without our help.
+    f.handled = previous if f.handling else None
+    if f.handling == 0 and f.code.instructions[f.pc].opname != "RERAISE":
+        f.unwinding = False  # handled (a cleanup block restores the state, then re-raises)
+
+
+def _check_exc_match(f, ins, call_real):
+    match = f.stack.pop()
+    classes = match if isinstance(match, tuple) else (match,)
+    if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+        raise TypeError("catching classes that do not inherit from BaseException is not allowed")
+    f.stack.append(isinstance(f.stack[-1], match))
+
+
+def _reraise(f, ins, call_real):
+    raise f.stack.pop()  # its traceback has the line it was first raised at (its argument's)
+
+
+def _with_except_start(f, ins, call_real):
+    exit_fn, exc = f.stack[-4], f.stack[-1]
+    f.stack.append(exit_fn(type(exc), exc, exc.__traceback__))
+
+
+def _load_super_attr(f, ins, call_real):
+    obj, cls, super_fn = f.stack.pop(), f.stack.pop(), f.stack.pop()
+    if super_fn is super or ins.arg & 2:
+        bound = super_fn(cls, obj)
+    else:
+        bound = super_fn()
+    if ins.arg & 1:
+        f.stack.append(REAL_NULL)
+    f.stack.append(getattr(bound, ins.argval))
 
 
 def _return(f, ins, call_real):
@@ -339,7 +446,8 @@ def _container_op(fn: Callable[[Any, Any], None], pops_key: bool = False):
             key = f.stack.pop()
             fn(f.stack[-ins.arg], (key, value))
         else:
-            fn(f.stack[-ins.arg], f.stack.pop())
+            value = f.stack.pop()  # the target is found after popping, as CPython's PEEK(oparg)
+            fn(f.stack[-ins.arg], value)
 
     return run
 
@@ -407,7 +515,10 @@ _HANDLERS: dict[str, Callable] = {
     "JUMP_IF_FALSE_OR_POP": _jump_or_pop(False), "JUMP_IF_TRUE_OR_POP": _jump_or_pop(True),
     "FORMAT_VALUE": _format_value,
     "BEFORE_WITH": _before_with,
-    "RAISE_VARARGS": _raise,
+    "RAISE_VARARGS": _raise, "RERAISE": _reraise,
+    "PUSH_EXC_INFO": _push_exc_info, "POP_EXCEPT": _pop_except,
+    "CHECK_EXC_MATCH": _check_exc_match, "WITH_EXCEPT_START": _with_except_start,
+    "LOAD_SUPER_ATTR": _load_super_attr,
     "LOAD_ASSERTION_ERROR": lambda f, i, c: f.stack.append(AssertionError),
     "IMPORT_NAME": _import_name,
     "IMPORT_FROM": lambda f, i, c: f.stack.append(getattr(f.stack[-1], i.argval)),

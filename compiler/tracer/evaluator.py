@@ -35,12 +35,12 @@ from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
 from compiler.tracer.calls import is_skipped, is_torch_function
 from compiler.tracer.concrete import RealFrame, Returned
-from compiler.tracer.graph_builder import SizeInput
-from compiler.tracer.guards import CompiledGuards, compile_guards
+from compiler.tracer.graph_builder import SizeInput, is_node_impure
+from compiler.tracer.guards import CompiledGuards, compile_guards, concise
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
-from compiler.tracer.translator import LazyVar, Tracer, TraceResult, tensor_vars
-from compiler.tracer.variables import TensorVar
+from compiler.tracer.translator import LazyVar, Tracer, TraceResult
+from compiler.tracer.variables import TensorVar, tensor_vars
 
 
 @dataclass
@@ -62,6 +62,10 @@ class Entry:
     break_pc: int | None
     end_grad: bool | None
     record: EntryRecord
+    # The traced code had exception handlers and the graph changes nothing but its outputs:
+    # if it raises, the code runs again eagerly from the entry's start, so that the handlers
+    # run as in eager (see run_frame).
+    rerun_on_error: bool = False
     # The keyword names a KW_NAMES in the graph's region set for the call the graph breaks at.
     break_kw_names: tuple | None = None
 
@@ -227,8 +231,12 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
     def call_real(target: Any, args: list, kwargs: dict) -> Any:
         return call_from_python(ctx, target, args, kwargs)
 
+    instructions = state.code.instructions
     try:
         while True:
+            if frame.unwinding:  # an exception raised for real: its handler runs here
+                concrete.step(frame, instructions[frame.pc], call_real)
+                continue
             L = frame.values()
             entry = _lookup(state, frame.pc, L, frame.globals)
             if entry is None:
@@ -236,19 +244,40 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
                 if entry is None:
                     return _run_rest(frame, call_real)
             entry.record.hits += 1
-            outputs = entry.graph_fn(*entry.fetch(L, frame.globals)) if entry.graph_fn is not None else ()
+            outputs = _run_graph(entry, L, frame) if entry.graph_fn is not None else ()
+            if outputs is None:
+                return _run_rest(frame, _call_eagerly)
             if entry.end_grad is not None:
                 torch._C._set_grad_enabled(entry.end_grad)
             if entry.kind == "return":
                 return entry.rebuild(L, frame.globals, outputs, frame)
             frame.locals, frame.stack = entry.rebuild(L, frame.globals, outputs, frame)
             frame.kw_names = entry.break_kw_names
-            concrete.step(frame, state.code.instructions[entry.break_pc], call_real)
+            concrete.step(frame, instructions[entry.break_pc], call_real)
     except Returned as r:
         return r.value
     except BaseException:
         torch._C._set_grad_enabled(grad_at_entry)
         raise
+
+
+def _run_graph(entry: Entry, L: dict, frame: RealFrame) -> Any:
+    """The entry's graph outputs; None when the graph raised inside traced exception handlers
+    and changed nothing: then the caller runs the frame eagerly from the entry's start (its
+    locals and stack are still those of the start), and the handlers see the exception as in
+    eager. An error in a graph without handlers is raised as it is."""
+    grad = torch.is_grad_enabled()
+    try:
+        return entry.graph_fn(*entry.fetch(L, frame.globals))
+    except Exception:
+        if not entry.rerun_on_error:
+            raise
+        torch._C._set_grad_enabled(grad)  # the graph may have switched it before it failed
+        return None
+
+
+def _call_eagerly(target: Any, args: list, kwargs: dict) -> Any:
+    return target(*args, **kwargs)
 
 
 def _run_rest(frame: RealFrame, call_real: Callable) -> Any:
@@ -340,7 +369,7 @@ def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: d
     except Exception as e:
         if ctx.config.fullgraph or config.strict():
             raise
-        msg = f"{record.qualname}: the compiler failed ({type(e).__name__}: {e}); this frame runs eagerly"
+        msg = f"{record.qualname}: the compiler failed ({type(e).__name__}: {concise(str(e))}); this frame runs eagerly"
         record.warnings.append(msg)
         warnings.warn(msg, CompilerWarning, stacklevel=4)
         config.log(f"{msg}\n{traceback.format_exc()}")
@@ -427,6 +456,8 @@ def _build_entry(
         live = [*end_frame.locals.values(), *end_frame.stack, *end_frame.cells.values()]
     mutated = [v for v in tracer.external_containers if v.mutated]
     live.extend(mutated)
+    attr_writes = list(tracer.attr_writes.values())
+    live.extend(v for writes in attr_writes for v in writes.values.values() if v is not None)
     found: list = []
     seen: set[int] = set()
     for v in live:
@@ -448,12 +479,13 @@ def _build_entry(
     if result.kind == "return":
         rebuild, _ = compile_rebuild(
             "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated,
+            attr_writes,
             builder.shapes.python_text,
         )  # fmt: skip
     else:
         rebuild, _ = compile_rebuild(
             "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace,
-            mutated, builder.shapes.python_text,
+            mutated, attr_writes, builder.shapes.python_text,
         )  # fmt: skip
     graph_record = None
     graph_fn = None
@@ -488,9 +520,21 @@ def _build_entry(
     )
     start_grad = torch.is_grad_enabled()
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
+    rerun = tracer.covered and not _has_effects(gm)
     kw_names = end_frame.kw_names if result.kind == "break" else None
     return Entry(
-        guards, fetch, graph_fn, rebuild, result.kind, break_pc, end_grad, entry_record, kw_names
+        guards, fetch, graph_fn, rebuild, result.kind, break_pc, end_grad, entry_record, rerun, kw_names
+    )
+
+
+def _has_effects(gm: torch.fx.GraphModule) -> bool:
+    """The graph changes state other than the grad mode: an input mutated in place, running
+    statistics updated."""
+    return any(
+        n.op in ("call_function", "call_method")
+        and n.target is not torch._C._set_grad_enabled
+        and is_node_impure(n)
+        for n in gm.graph.nodes
     )
 
 
@@ -508,8 +552,10 @@ def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: 
     except Exception as e:
         if ctx.config.fullgraph or config.strict():
             raise
+        # the record keeps the whole error for the inspector; the warning is one line
         record.fallback = f"backend {ctx.config.backend_name!r} failed ({type(e).__name__}: {e}); the graph runs eagerly"
-        warnings.warn(record.fallback, CompilerWarning, stacklevel=6)
+        short = f"backend {ctx.config.backend_name!r} failed ({type(e).__name__}: {concise(str(e))}); the graph runs eagerly"
+        warnings.warn(short, CompilerWarning, stacklevel=6)
         config.log(f"{record.fallback}\n{traceback.format_exc()}")
         compiled = gm.forward
     record.stage_times.append(records.StageTime("backend", time.perf_counter() - start))

@@ -348,12 +348,12 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
     for node in reversed(list(graph.nodes)):
         if node.op in ("placeholder", "output") or node.users:
             continue
-        if node.op in ("call_function", "call_method") and _is_node_impure(node):
+        if node.op in ("call_function", "call_method") and is_node_impure(node):
             continue
         graph.erase_node(node)
 
 
-def _is_node_impure(node: torch.fx.Node) -> bool:
+def is_node_impure(node: torch.fx.Node) -> bool:
     if node.meta.get("opaque"):
         return True  # the user's function may write to its inputs
     kwargs = {k: ConstVar(v) for k, v in node.kwargs.items() if not isinstance(v, torch.fx.Node)}

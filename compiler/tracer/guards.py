@@ -173,8 +173,25 @@ class CompiledGuards:
         for g in failed[:3]:
             c = by_guard[id(g)]
             got = _value(_value_expr(g.kind, c.source, c.expr), c.needs, self.namespace, env)
-            parts.append(f"{g.description} (value missing)" if got is _MISSING else f"{g.description} (got {got!r})")
+            parts.append(f"{g.description} (value missing)" if got is _MISSING else f"{g.description} (got {short_repr(got)})")
         return "; ".join(parts)
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A value for a one-line message: a module by its class (its repr lists every layer), any
+    other repr cut to its first line and `limit` characters."""
+    if isinstance(value, torch.nn.Module):
+        return f"a {type(value).__name__} module at {id(value):#x}"
+    return concise(repr(value), limit)
+
+
+def concise(text: str, limit: int = 200) -> str:
+    """The first line of `text`, at most `limit` characters, for warnings and reasons."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0]
+    if len(first) > limit or len(lines) > 1:
+        return first[: limit - 3].rstrip() + "..."
+    return first
 
 
 def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> CompiledGuards:

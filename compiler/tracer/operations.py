@@ -10,11 +10,14 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from compiler.runtime.static import mark_static_address
-from compiler.tracer.breaks import Break
+from compiler.tracer import objects
+from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.exceptions import exception_attr, raise_python
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
     DictVar,
+    ExceptionVar,
     FunctionVar,
     GradModeVar,
     IteratorVar,
@@ -35,6 +38,22 @@ from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
     from compiler.tracer.translator import Tracer
+
+# The operators of BINARY_OP and COMPARE_OP, by their argrepr.
+BINARY_OPS: dict[str, Callable] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
+    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+}  # fmt: skip
+COMPARE_OPS: dict[str, Callable] = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
 
 # Tensor attributes that are metadata: constants, since the tensor's guards pin them.
 TENSOR_META = {
@@ -78,8 +97,12 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
         try:
             attr = getattr(obj.value, name)
         except AttributeError as e:
-            raise Break(f"attribute error while tracing: {e}") from None
+            raise raise_python(e) from None
         return wrap_unguarded(attr)
+    if isinstance(obj, DictVar) and obj.cls is not dict:
+        method = objects.python_method(obj.cls, name)  # a dict subclass's own method
+        if method is not None:
+            return MethodVar(FunctionVar(fn=method), obj)
     if isinstance(obj, (ListVar, DictVar, SetVar)):
         return AttrCallVar(obj, name)
     if isinstance(obj, TupleVar):
@@ -88,25 +111,41 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
             return obj.items[fields.index(name)]
         return AttrCallVar(obj, name)
     if isinstance(obj, NewObjectVar):
-        if name in obj.fields:
-            return obj.fields[name]
-        attr = inspect.getattr_static(obj.cls, name, None)
-        if isinstance(attr, types.FunctionType):
-            return MethodVar(FunctionVar(fn=attr), obj)
-        if name in getattr(obj.cls, "__dataclass_fields__", {}):
-            return ConstVar(getattr(obj.cls, name, None))
-        raise Break(f"attribute {name!r} of a {obj.cls.__name__} built during tracing")
-    if isinstance(obj, FunctionVar) and name in ("__name__", "__qualname__"):
-        return ConstVar(obj.get_code().co_name)
-    if isinstance(obj, FunctionVar) and name == "__module__":
-        # torchvision's _log_api_usage_once(fn) names the function it is called for
-        module = obj.fn.__module__ if obj.fn is not None else obj.get_globals().get("__name__")
-        return ConstVar(module)
-    if isinstance(obj, FunctionVar) and name == "__class__":
-        return ObjVar(types.FunctionType)
+        return objects.new_object_attr(tx, obj, name)
+    if isinstance(obj, FunctionVar):
+        return _function_attr(tx, obj, name)
     if isinstance(obj, SuperVar):
         return _super_attr(tx, obj, name)
+    if isinstance(obj, ExceptionVar):
+        return exception_attr(obj, name)
     raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
+
+
+# A function's code and names: stable for the function object, whose identity is guarded.
+_FUNCTION_CONSTANTS = ("__code__", "__name__", "__qualname__", "__module__", "__doc__")
+
+
+def _function_attr(tx: Tracer, fn: FunctionVar, name: str) -> Var:
+    if name == "__class__":
+        return ObjVar(types.FunctionType)
+    if fn.fn is None:  # made in the trace by MAKE_FUNCTION
+        if name in ("__name__", "__qualname__"):
+            return ConstVar(fn.name or fn.code.co_name)
+        if name == "__module__":  # torchvision's _log_api_usage_once(fn) names its module
+            return ConstVar(fn.get_globals().get("__name__"))
+        if name == "__code__":
+            return ObjVar(fn.code)
+        raise Break(f"attribute {name!r} of a function made while tracing")
+    if name in _FUNCTION_CONSTANTS:
+        value = getattr(fn.fn, name)
+        return ObjVar(value) if isinstance(value, types.CodeType) else wrap_unguarded(value)
+    if fn.source is None:
+        raise Break(f"attribute {name!r} of {describe(fn)}, which has no source to guard")
+    try:
+        value = getattr(fn.fn, name)
+    except AttributeError as e:
+        raise raise_python(e) from None
+    return wrap(tx, value, f"{fn.source}.{name}")
 
 
 def _tensor_attr(tx: Tracer, t: TensorVar, name: str) -> Var:
@@ -209,7 +248,7 @@ def _module_member(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     try:
         value = getattr(mod_var.value, name)
     except AttributeError as e:
-        raise Break(f"attribute error while tracing: {e}") from None
+        raise raise_python(e) from None
     if isinstance(value, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)) or callable(value):
         # Module members are looked up again at every call only through the module itself,
         # whose identity is guarded: functions are taken as stable, as TorchDynamo does.
@@ -235,34 +274,89 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
         if isinstance(attr, types.FunctionType):
             return FunctionVar(fn=attr)
         return _attr_value(tx, getattr(value, name), obj.source, name)
+    # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
+    # is inlined), then __getattr__ where that raised AttributeError.
+    getattribute = objects.python_method(type(value), "__getattribute__")
+    getattr_fn = objects.python_method(type(value), "__getattr__")
+    from compiler.tracer.calls import call
+
+    unwound = tx.unwound
     try:
-        attr = inspect.getattr_static(value, name)
-    except AttributeError:
-        raise Break(f"{type(value).__name__} object has no attribute {name!r}") from None
+        if getattribute is not None:
+            return call(tx, FunctionVar(fn=getattribute), [obj, ConstVar(name)], {})
+        return object_getattribute(tx, obj, name)
+    except Raised as r:
+        if getattr_fn is None or not issubclass(r.exc.cls, AttributeError):
+            raise
+        tx.unwound = unwound  # caught here, as Python's attribute lookup does, not by a handler
+    return call(tx, FunctionVar(fn=getattr_fn), [obj, ConstVar(name)], {})
+
+
+def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
+    """object.__getattribute__ on a real object: what the trace wrote to it, data descriptors
+    of its class, its instance attributes, then its class's other attributes."""
+    value = obj.value
+    written = objects.written_attr(tx, obj, name)
+    if objects.found(written):
+        return written
+    if name == "__dict__" and id(value) in tx.attr_writes:
+        raise Break("reading __dict__ of an object whose attributes the trace wrote")
+    cls = type(value)
+    class_attr = inspect.getattr_static(cls, name, _MISSING)
     instance_dict = getattr(value, "__dict__", None)
-    if isinstance(instance_dict, dict) and name in instance_dict:
+    data_descriptor = hasattr(type(class_attr), "__set__")
+    if not data_descriptor and isinstance(instance_dict, dict) and name in instance_dict:
         return _attr_value(tx, instance_dict[name], obj.source, name)
-    if isinstance(value, (types.MethodType, types.BuiltinMethodType)) or not hasattr(type(value), "__dict__"):
+    if class_attr is _MISSING:
+        if cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__"):
+            message = f"'{cls.__name__}' object has no attribute '{name}'"
+            raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
+        raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
         raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
-    return _class_attr(tx, obj, type(value), name, attr)
+    return _class_attr(tx, obj, cls, name, class_attr)
 
 
 def _super_attr(tx: Tracer, sup: SuperVar, name: str) -> Var:
-    mro = type(sup.obj.value).__mro__ if isinstance(sup.obj, ObjVar) else sup.cls.__mro__
+    mro = (objects.class_of(sup.obj) or sup.cls).__mro__
     after = mro[mro.index(sup.cls) + 1 :]
     for klass in after:
         if name in klass.__dict__:
             attr = klass.__dict__[name]
             if isinstance(attr, types.FunctionType):
                 return MethodVar(FunctionVar(fn=attr), sup.obj)
+            if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+                from compiler.tracer.calls import call
+
+                return call(tx, FunctionVar(fn=attr.fget), [sup.obj], {})
+            if klass in objects.MAPPING_BASES + (object,) and isinstance(sup.obj, (NewObjectVar, DictVar, ObjVar)):
+                return AttrCallVar(sup.obj, name)  # object's or dict's own method
             break
     raise Break(f"super().{name} is not traced")
 
 
+def delete_attr(tx: Tracer, obj: Var, name: str) -> None:
+    if isinstance(obj, NewObjectVar):
+        objects.delete_new_object_attr(tx, obj, name)
+        return
+    if isinstance(obj, ObjVar) and objects.found(objects.call_dunder(tx, obj, "__delattr__", [ConstVar(name)])):
+        return
+    if isinstance(obj, ObjVar) and objects.writable(obj, name):
+        objects.write_attr(tx, obj, name, None)
+        return
+    raise Break(f"del of attribute {name!r} of {describe(obj)} runs in Python")
+
+
 def store_attr(tx: Tracer, obj: Var, name: str, value: Var) -> None:
     if isinstance(obj, NewObjectVar):
-        obj.fields[name] = value
+        objects.store_new_object_attr(tx, obj, name, value)
         return
+    if isinstance(obj, ObjVar) and not isinstance(obj.value, torch.nn.Module):
+        if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
+            return
+        if objects.writable(obj, name):
+            objects.write_attr(tx, obj, name, value)
+            return
     if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module) and isinstance(value, TensorVar):
         current = module_attr(tx, obj, name) if hasattr(obj.value, name) else None
         if isinstance(current, TensorVar) and current.fake is value.fake:
@@ -284,29 +378,51 @@ def getitem(tx: Tracer, obj: Var, index: Var) -> Var:
         try:
             return obj.items[key]
         except (IndexError, TypeError) as e:
-            raise Break(f"indexing raised {type(e).__name__}: {e}") from None
+            raise raise_python(e) from None
     if isinstance(obj, DictVar):
         key = _const_index(index)
         if key not in obj.items:
-            raise Break(f"key {key!r} is not in the dict")
+            raise Raised(ExceptionVar(KeyError, [index]))
         return obj.items[key]
     if isinstance(obj, ConstVar):
         try:
             return wrap_unguarded(obj.value[_const_index(index)])
         except Exception as e:
-            raise Break(f"indexing raised {type(e).__name__}: {e}") from None
+            raise raise_python(e) from None
     if isinstance(obj, ObjVar) and isinstance(obj.value, _CONTAINERS):
         key = _const_index(index)
-        if isinstance(key, slice) or obj.source is None:
-            raise Break("slicing a module container")
+        if obj.source is None:
+            raise Break("indexing a module container built during tracing")
+        if isinstance(key, slice):
+            return _module_list_slice(tx, obj, key)
         return wrap(tx, obj.value[key], f"{obj.source}[{key!r}]")
-    if isinstance(obj, NewObjectVar):
-        key = _const_index(index)
-        if isinstance(key, str):
-            return obj.fields[key]
-        present = [v for v in obj.fields.values() if not (isinstance(v, ConstVar) and v.value is None)]
-        return present[key]
-    raise Break(f"indexing {describe(obj)} is not traced")
+    return _mapping_op(tx, obj, "__getitem__", [index], f"indexing {describe(obj)}")
+
+
+def _module_list_slice(tx: Tracer, obj: ObjVar, key: slice) -> Var:
+    """`layers[:n]`: a new ModuleList of the same modules, each read from its own source."""
+    container = obj.value
+    if type(container) is not torch.nn.ModuleList:
+        raise Break(f"slicing a {type(container).__name__}")
+    tx.guards.length(obj.source, container)
+    indices = range(len(container))[key]
+    items = [wrap(tx, container[i], f"{obj.source}[{i}]") for i in indices]
+    return ListVar(items, cls=torch.nn.ModuleList)
+
+
+def _mapping_op(tx: Tracer, obj: Var, name: str, args: list[Var], what: str) -> Var:
+    """A dunder on an instance of a Python class: its own method inlined, else the builtin
+    mapping's for a dict subclass built in the trace."""
+    out = objects.call_dunder(tx, obj, name, args)
+    if objects.found(out):
+        return out
+    if isinstance(obj, DictVar):
+        from compiler.tracer.calls import dict_method
+
+        return dict_method(tx, obj if name == "__getitem__" else mutable_dict(obj), name, args, {})
+    if isinstance(obj, NewObjectVar) and obj.items is not None:
+        return objects.object_method(tx, obj, name, args, {})
+    raise Break(f"{what} is not traced")
 
 
 def _const_index(index: Var) -> Any:
@@ -327,23 +443,18 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
         else:
             mutable_list(obj).items[key] = value
         return
-    if isinstance(obj, DictVar):
+    if isinstance(obj, DictVar) and obj.cls is dict:
         mutable_dict(obj).items[dict_key(index)] = value
         return
-    if isinstance(obj, NewObjectVar):
-        obj.fields[_const_index(index)] = value
-        return
-    raise Break(f"item assignment on {describe(obj)} that exists outside the graph runs in Python")
+    what = f"item assignment on {describe(obj)} that exists outside the graph"
+    _mapping_op(tx, obj, "__setitem__", [index, value], what)
 
 
 def delitem(tx: Tracer, obj: Var, index: Var) -> None:
     if isinstance(obj, ListVar):
         del mutable_list(obj).items[_const_index(index)]
         return
-    if isinstance(obj, DictVar):
-        mutable_dict(obj).items.pop(dict_key(index), None)
-        return
-    raise Break(f"del on {describe(obj)} runs in Python")
+    _mapping_op(tx, obj, "__delitem__", [index], f"del on {describe(obj)}")
 
 
 def dict_key(v: Var) -> Any:
@@ -389,30 +500,23 @@ def as_dict(tx: Tracer, v: Var) -> DictVar:
 # ---- operators ----------------------------------------------------------------------------------
 
 
-_OUT_OF_PLACE = {
-    operator.iadd: operator.add,
-    operator.isub: operator.sub,
-    operator.imul: operator.mul,
-    operator.itruediv: operator.truediv,
-    operator.ifloordiv: operator.floordiv,
-    operator.imod: operator.mod,
-    operator.ipow: operator.pow,
-    operator.imatmul: operator.matmul,
-    operator.iand: operator.and_,
-    operator.ior: operator.or_,
-    operator.ixor: operator.xor,
-    operator.ilshift: operator.lshift,
-    operator.irshift: operator.rshift,
-}
+# `a op= b` on an immutable `a` (a Python number) computes `a op b`: Python finds no in-place
+# method and falls back, so the result is a new value (a tensor, when b is one).
+_INPLACE_FALLBACK = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}  # fmt: skip
 
 
 def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
+    if isinstance(a, ConstVar) and op in _INPLACE_FALLBACK:
+        op = _INPLACE_FALLBACK[op]
     if isinstance(a, TensorVar) or isinstance(b, TensorVar):
         if not all(isinstance(x, TensorVar) or is_python_constant(x) for x in (a, b)):
             raise Break(f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}")
-        if not isinstance(a, TensorVar):
-            # `out = 0; out += t`: a number has no in-place form, Python computes `0 + t`
-            op = _OUT_OF_PLACE.get(op, op)
         return tx.builder.call("call_function", op, [a, b], {})
     if isinstance(a, (ListVar, TupleVar)) and isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
         if op is operator.iadd and isinstance(a, ListVar):
@@ -428,11 +532,28 @@ def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
         try:
             return wrap_unguarded(op(as_python_constant(a), as_python_constant(b)))
         except Exception as e:
-            raise Break(f"{op.__name__} raised {type(e).__name__}: {e}") from None
+            raise raise_python(e) from None
     if op in (operator.eq, operator.ne):
-        same = is_same(a, b)
-        return ConstVar(same if op is operator.eq else not same)
+        return _equality(tx, a, b, op is operator.ne)
     raise Break(f"operator {op.__name__} on {describe(a)} and {describe(b)} is not traced")
+
+
+def _equality(tx: Tracer, a: Var, b: Var, negate: bool) -> Var:
+    """`a == b` / `a != b` between objects: an __eq__ (or __ne__) the classes write in Python
+    (a dataclass's), the reflected one when it returns NotImplemented, else identity."""
+    for x, y in ((a, b), (b, a)):
+        if negate:
+            out = objects.call_dunder(tx, x, "__ne__", [y])
+            if objects.found(out) and not _not_implemented(out):
+                return out
+        out = objects.call_dunder(tx, x, "__eq__", [y])
+        if objects.found(out) and not _not_implemented(out):
+            return ConstVar(not truth(tx, out)) if negate else out
+    return ConstVar(is_same(a, b) != negate)
+
+
+def _not_implemented(v: Var) -> bool:
+    return isinstance(v, (ConstVar, ObjVar)) and v.value is NotImplemented
 
 
 def unary(tx: Tracer, op: Callable, a: Var) -> Var:
@@ -442,7 +563,7 @@ def unary(tx: Tracer, op: Callable, a: Var) -> Var:
         try:
             return ConstVar(op(a.value))
         except Exception as e:
-            raise Break(f"{op.__name__} raised {type(e).__name__}: {e}") from None
+            raise raise_python(e) from None
     raise Break(f"operator {op.__name__} on {describe(a)} is not traced")
 
 
@@ -465,7 +586,13 @@ def truth(tx: Tracer, v: Var) -> bool:
         if isinstance(value, (torch.nn.Module, types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)):
             return True
         raise Break(f"truth value of {describe(v)} is not traced")
-    if isinstance(v, (FunctionVar, MethodVar, NewObjectVar, GradModeVar, IteratorVar, AttrCallVar)):
+    if isinstance(v, NewObjectVar):
+        for name in ("__bool__", "__len__"):
+            out = objects.call_dunder(tx, v, name, [])
+            if objects.found(out):
+                return truth(tx, out)
+        return bool(v.items.items) if v.items is not None else True
+    if isinstance(v, (FunctionVar, MethodVar, GradModeVar, IteratorVar, AttrCallVar, ExceptionVar)):
         return True
     raise Break(f"truth value of {describe(v)} is not traced")
 
@@ -489,10 +616,14 @@ def is_same(a: Var, b: Var) -> bool:
 
 
 def contains(tx: Tracer, container: Var, item: Var) -> bool:
+    if objects.class_of(container) is not None:
+        out = objects.call_dunder(tx, container, "__contains__", [item])
+        if objects.found(out):
+            return truth(tx, out)
     if isinstance(container, DictVar):
         return dict_key(item) in container.items
-    if isinstance(container, NewObjectVar):
-        return _const_index(item) in container.fields
+    if isinstance(container, NewObjectVar) and container.items is not None:
+        return dict_key(item) in container.items.items
     if isinstance(item, TensorVar) or isinstance(container, TensorVar):
         raise Break("`in` with a tensor compares tensor values")
     if isinstance(container, SetVar):
@@ -536,8 +667,12 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
             return [ConstVar(k) for k in v.value.keys()]
         tx.guards.length(v.source, v.value)
         return [wrap(tx, v.value[i], f"{v.source}[{i}]") for i in range(len(v.value))]
-    if isinstance(v, NewObjectVar):
-        return [ConstVar(k) for k in v.fields]
+    if isinstance(v, (NewObjectVar, ObjVar)):
+        out = objects.call_dunder(tx, v, "__iter__", [])
+        if objects.found(out):
+            return unpack_iterable(tx, out)
+        if isinstance(v, NewObjectVar) and v.items is not None:
+            return [ConstVar(k) for k in v.items.items]
     raise Break(f"iteration over {describe(v)} is not traced")
 
 

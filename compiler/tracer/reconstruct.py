@@ -16,12 +16,14 @@ import torch
 
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.guards import CompiledGuards
+from compiler.tracer.objects import AttrWrites, mapping_base
 from compiler.tracer.shapes import is_symbolic
 from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
     ConstVar,
     DictVar,
+    ExceptionVar,
     FunctionVar,
     GradExitVar,
     GradModeVar,
@@ -105,7 +107,8 @@ class Emitter:
         if isinstance(v, ObjVar):
             return self.ref(v.value, "obj")
         if isinstance(v, ListVar):
-            return "[" + ", ".join(self.expr(i) for i in v.items) + "]"
+            items = "[" + ", ".join(self.expr(i) for i in v.items) + "]"
+            return items if v.cls is list else f"{self.ref(v.cls, 'cls')}({items})"
         if isinstance(v, TupleVar):
             inner = ", ".join(self.expr(i) for i in v.items)
             if v.cls is tuple:
@@ -145,7 +148,8 @@ class Emitter:
             return f"{self.ref(torch.set_grad_enabled, 'fn')}({v.enabled})"
         if isinstance(v, NewObjectVar):
             fields = ", ".join(f"{k!r}: {self.expr(i)}" for k, i in v.fields.items())
-            return f"{self.ref(_new_object, 'fn')}({self.ref(v.cls, 'cls')}, {{{fields}}})"
+            items = self.expr(v.items) if v.items is not None else "None"
+            return f"{self.ref(_new_object, 'fn')}({self.ref(v.cls, 'cls')}, {{{fields}}}, {items})"
         if isinstance(v, PartialVar):
             args = "".join(f"{self.expr(a)}, " for a in v.args)
             kwargs = "".join(f"{k}={self.expr(a)}, " for k, a in v.kwargs.items())
@@ -154,6 +158,11 @@ class Emitter:
             return f"super({self.ref(v.cls, 'cls')}, {self.expr(v.obj)})"
         if isinstance(v, CellVar):
             return self.cell(v)
+        if isinstance(v, ExceptionVar) and v.cause is None:
+            # an exception raised and caught in the trace, kept in a variable: its class and
+            # arguments (the traceback of a raise that happened only in the trace is empty)
+            args = "".join(f"{self.expr(a)}, " for a in v.args)
+            return f"{self.ref(v.cls, 'cls')}({args})"
         raise TypeError(f"cannot rebuild a {type(v).__name__}")
 
     def cell(self, c: CellVar) -> str:
@@ -172,15 +181,23 @@ class Emitter:
         return expr
 
 
-def _new_object(cls: type, fields: dict) -> Any:
+def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
+    """An instance built in the trace, made for real from its state, as its constructor left
+    it: no constructor runs again. The mapping of a dict subclass is filled through the
+    builtin base's methods, which the subclass may have replaced (ModelOutput's raise)."""
     obj = cls.__new__(cls)
+    if items:
+        base = mapping_base(cls)
+        for key, value in items.items():
+            base.__setitem__(obj, key, value)
     obj.__dict__.update(fields)
     return obj
 
 
-def side_effects(em: Emitter, values: list[Var]) -> list[str]:
+def side_effects(em: Emitter, values: list[Var], attr_writes: list[AttrWrites]) -> list[str]:
     """Replay, on the real objects, the changes the trace made to lists and dicts that exist
-    outside the graph (in place, so every reference to them sees the change)."""
+    outside the graph (in place, so every reference to them sees the change), and the
+    attributes it wrote to real objects."""
     lines: list[str] = []
     seen: set[int] = set()
 
@@ -202,13 +219,22 @@ def side_effects(em: Emitter, values: list[Var]) -> list[str]:
         if isinstance(v, ListVar) and v.mutated and v.source:
             lines.append(f"    {v.source}[:] = [{', '.join(em.expr(i) for i in v.items)}]")
         if isinstance(v, DictVar) and v.mutated and v.source:
+            # through the builtin mapping's methods: a subclass's own may do more (or refuse)
+            base = em.ref(mapping_base(v.cls), "cls")
             items = ", ".join(f"{em.ref(k, 'k')}: {em.expr(i)}" for k, i in v.items.items())
             new = em.temp(f"{{{items}}}")
-            lines.append(f"    {v.source}.clear()")
-            lines.append(f"    {v.source}.update({new})")
+            lines.append(f"    {base}.clear({v.source})")
+            lines.append(f"    for k, v in {new}.items(): {base}.__setitem__({v.source}, k, v)")
 
     for v in values:
         visit(v)
+    for writes in attr_writes:
+        for name, value in writes.values.items():
+            if value is None:  # deleted after the trace wrote it: absent, as it was or not
+                lines.append(f"    vars({writes.obj.source}).pop({name!r}, None)")
+            else:
+                visit(value)
+                lines.append(f"    {writes.obj.source}.{name} = {em.expr(value)}")
     return lines
 
 
@@ -248,13 +274,14 @@ def compile_rebuild(
     outputs: list[TensorVar],
     namespace: dict[str, Any],
     mutated: list[Var] = (),
+    attr_writes: list[AttrWrites] = (),
     sym_text: Callable[[Any, Callable], str] | None = None,
 ) -> tuple[Callable, str]:
     """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack), after
     writing changed cells into the real frame `F`. `sym_text` writes the Python of a
     symbolic size (sizes are computed from the inputs, not graph outputs)."""
     em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)}, sym_text=sym_text)
-    effects = side_effects(em, list(mutated))
+    effects = side_effects(em, list(mutated), list(attr_writes))
     em.lines.extend(effects)
     if kind == "return":
         result = em.expr(value)

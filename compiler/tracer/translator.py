@@ -11,57 +11,47 @@ from __future__ import annotations
 import dis
 import operator
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from compiler.records import SourceLine
-from compiler.tracer import calls
+from compiler.tracer import binding, calls
 from compiler.tracer import operations as ops
-from compiler.tracer.breaks import Break, InlineBreak
+from compiler.tracer.breaks import Break, InlineBreak, Raised
 from compiler.tracer.bytecode import PY312, Code, Instr, decode
+from compiler.tracer.exception_opcodes import ExceptionOpcodes
+from compiler.tracer.exceptions import describe_exception
 from compiler.tracer.graph_builder import GraphBuilder
 from compiler.tracer.guards import GuardSet
+from compiler.tracer.objects import AttrWrites
 from compiler.tracer.shapes import DynamicPolicy, concrete
 from compiler.tracer.variables import (
     NULL,
-    AttrCallVar,
     CellVar,
     ConstVar,
     DictVar,
+    ExceptionVar,
     FunctionVar,
-    GradExitVar,
-    GradModeVar,
     IteratorVar,
     ListVar,
     NullVar,
     ObjVar,
     SetVar,
     SliceVar,
-    TensorVar,
+    SuperVar,
     TupleVar,
     Var,
     as_python_constant,
     is_python_constant,
 )
-from compiler.tracer.wrap import wrap
+from compiler.tracer.wrap import wrap, wrap_unguarded
 
 MAX_INSTRUCTIONS = 500_000
 MAX_INLINE_DEPTH = 32
+# What a closure cell read without a source may hold: code and classes, set once.
+_STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
 
-BINARY_OPS: dict[str, Callable] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
-    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
-    ">>": operator.rshift,
-    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
-    "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor, "<<=": operator.ilshift,
-    ">>=": operator.irshift,
-}  # fmt: skip
-COMPARE_OPS: dict[str, Callable] = {
-    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-    ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
 
 
 class LazyVar(Var):
@@ -99,7 +89,7 @@ class TraceResult:
     user_stack: list[SourceLine] = field(default_factory=list)
 
 
-class Tracer:
+class Tracer(ExceptionOpcodes):
     def __init__(
         self,
         code: Code,
@@ -124,6 +114,16 @@ class Tracer:
         self.frame_values = L
         self.current_frame: SymFrame | None = None
         self.current_root_pc = pc
+        self.root_pc = pc  # the root-frame instruction being traced (inlined calls included)
+        # Exceptions raised in the trace (exceptions.py): the one being handled (what a bare
+        # `raise` re-raises), how many handlers are running, the root-frame instruction where
+        # the exception a handler runs for was raised (None when none runs), and whether any
+        # traced instruction has a handler (then the graph may be rerun eagerly if it raises).
+        self.current_exc: Var = ConstVar(None)
+        self.handling = 0
+        self.unwound: int | None = None
+        self.covered = False
+        self.attr_writes: dict[int, AttrWrites] = {}  # attributes written to real objects
         self.external_containers: list[Var] = []  # lists/dicts read from the frame
         self.break_at = break_at
         self.instructions_run = 0
@@ -161,9 +161,14 @@ class Tracer:
                 value = cell.cell.cell_contents
             except ValueError:
                 raise Break(f"free variable {cell.name!r} referenced before assignment") from None
-            if cell.source is None:
+            if cell.source is not None:
+                cell.contents = wrap(self, value, cell.source)
+            elif isinstance(value, _STABLE_CELL_TYPES):
+                # The cell of a function reached without a source (a method found on a class):
+                # cells holding code (`__class__`, a decorated function) are set once.
+                cell.contents = wrap_unguarded(value)
+            else:
                 raise Break(f"closure variable {cell.name!r} has no source to guard")
-            cell.contents = wrap(self, value, cell.source)
         return cell.contents
 
     # ---- the run loop -------------------------------------------------------------------------
@@ -177,19 +182,38 @@ class Tracer:
                 return TraceResult("break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2])
             saved_stack = list(frame.stack)
             saved_kw = frame.kw_names
+            self.root_pc = frame.pc
             try:
                 result = self.step(frame, ins)
             except Break as b:
+                if self.unwound is not None:
+                    return self._restart_at_raise(f"{b.reason} (in an exception handler)", [frame.line()])
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 return TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
             except InlineBreak as b:
+                if self.unwound is not None:
+                    return self._restart_at_raise(b.reason, [frame.line(), *b.user_stack])
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 self.current_root_pc = frame.pc
                 return TraceResult("restart", reason=b.reason, user_stack=[frame.line(), *b.user_stack])
+            except Raised as r:
+                reason = f"{describe_exception(r.exc)} is raised here and not caught in the graph; it is raised again in Python"
+                if self.unwound is not None:
+                    return self._restart_at_raise(reason, r.user_stack or [frame.line()])
+                frame.stack = saved_stack
+                frame.kw_names = saved_kw
+                return TraceResult("break", frame=frame, reason=reason, user_stack=r.user_stack or [frame.line()])
             if result is not None:
                 return TraceResult("return", value=result)
+
+    def _restart_at_raise(self, reason: str, user_stack: list[SourceLine]) -> TraceResult:
+        """Trace again, ending the graph before the root-frame instruction that raised the
+        exception whose handling the trace could not finish: that instruction then raises it
+        for real."""
+        self.current_root_pc = self.unwound
+        return TraceResult("restart", reason=reason, user_stack=user_stack)
 
     def step(self, frame: SymFrame, ins: Instr) -> Var | None:
         self.instructions_run += 1
@@ -201,8 +225,14 @@ class Tracer:
             raise Break(f"bytecode {ins.opname} is not supported by the tracer")
         next_pc = frame.pc + 1
         frame.pc_next = next_pc  # type: ignore[attr-defined]
+        if frame.code.handlers[frame.pc] is not None:
+            self.covered = True
         size_conditions = len(self.builder.shapes.env.guards)
-        out = handler(frame, ins)
+        try:
+            out = handler(frame, ins)
+        except Raised as r:
+            self.unwind(frame, r)
+            out = None
         if len(self.builder.shapes.env.guards) != size_conditions:
             self.builder.shapes.note_guards(size_conditions, self.builder.line)
         if isinstance(out, _Return):
@@ -221,7 +251,7 @@ class Tracer:
             raise Break(f"cannot inline {fn.get_code().co_name}: {code.unsupported}")
         if self.depth >= MAX_INLINE_DEPTH:
             raise Break("inlining is nested too deeply (recursion?)")
-        locals_ = calls.bind_arguments(self, fn, args, kwargs)
+        locals_ = binding.bind_arguments(self, fn, args, kwargs)
         g = fn.get_globals()
         cells: dict[str, CellVar] = {}
         for name in code.cellvars:
@@ -229,7 +259,7 @@ class Tracer:
             if name in locals_:  # an argument captured by a closure
                 cell.contents = locals_.pop(name)
             cells[name] = cell
-        closure = calls.function_closure(self, fn)
+        closure = binding.function_closure(self, fn)
         for name, cell in zip(code.freevars, closure):
             cells[name] = cell
         parent_stack = self.builder.user_stack
@@ -248,6 +278,10 @@ class Tracer:
                     raise InlineBreak(b.reason, [child.line()]) from None
                 except InlineBreak as b:
                     raise InlineBreak(b.reason, [child.line(), *b.user_stack]) from None
+                except Raised:
+                    if self.unwound is None:
+                        self.unwound = self.root_pc  # the callee's effects so far are in the trace
+                    raise
                 if result is not None:
                     return IteratorVar(child.yields) if child.yields is not None else result
         finally:
@@ -372,6 +406,19 @@ class Tracer:
         self.push(frame, NULL)
         self.push(frame, ops.load_attr(self, obj, ins.argval))
 
+    def LOAD_SUPER_ATTR(self, frame, ins):
+        # 3.12: `super().name`; bit 0 of the argument asks for a method load, bit 1 says the
+        # call was super(cls, obj) (both forms leave [super, cls, obj] on the stack).
+        obj = self.pop(frame)
+        cls = self.pop(frame)
+        super_fn = self.pop(frame)
+        if not (isinstance(super_fn, ObjVar) and super_fn.value is super):
+            raise Break("super() through a name rebound from the builtin")
+        attr = ops.load_attr(self, SuperVar(as_python_constant(cls), obj), ins.argval)
+        if ins.arg & 1:
+            self.push(frame, NULL)
+        self.push(frame, attr)
+
     def STORE_ATTR(self, frame, ins):
         obj = self.resolve(frame.stack[-1])
         value = self.resolve(frame.stack[-2])
@@ -447,13 +494,13 @@ class Tracer:
         b = self.pop(frame)
         a = self.pop(frame)
         op = ins.argrepr
-        self.push(frame, ops.binary(self, BINARY_OPS[op], a, b))
+        self.push(frame, ops.binary(self, ops.BINARY_OPS[op], a, b))
 
     def COMPARE_OP(self, frame, ins):
         b = self.pop(frame)
         a = self.pop(frame)
         op = ins.argval if isinstance(ins.argval, str) else dis.cmp_op[ins.arg]
-        self.push(frame, ops.binary(self, COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b))
+        self.push(frame, ops.binary(self, ops.COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b))
 
     def IS_OP(self, frame, ins):
         b = self.pop(frame)
@@ -464,8 +511,7 @@ class Tracer:
     def CONTAINS_OP(self, frame, ins):
         container = self.pop(frame)
         item = self.pop(frame)
-        found = ops.contains(self, container, item)
-        self.push(frame, ConstVar(found != bool(ins.arg)) if isinstance(found, bool) else found)
+        self.push(frame, ConstVar(ops.contains(self, container, item) != bool(ins.arg)))
 
     def UNARY_NEGATIVE(self, frame, ins):
         self.push(frame, ops.unary(self, operator.neg, self.pop(frame)))
@@ -486,6 +532,12 @@ class Tracer:
             self.push(frame, TupleVar(list(v.items)))
         elif kind == "INTRINSIC_UNARY_POSITIVE":
             self.push(frame, ops.unary(self, operator.pos, v))
+        elif kind == "INTRINSIC_STOPITERATION_ERROR" and isinstance(v, ExceptionVar):
+            # 3.12 generators: a StopIteration leaving the body becomes a RuntimeError (PEP 479)
+            if issubclass(v.cls, StopIteration):
+                message = "generator raised StopIteration"
+                v = ExceptionVar(RuntimeError, [ConstVar(message)], cause=v)
+            self.push(frame, v)
         else:
             raise Break(f"CALL_INTRINSIC_1 {kind} is not supported")
 
@@ -696,29 +748,7 @@ class Tracer:
         else:
             frame.stack.pop()
 
-    # ---- with blocks -------------------------------------------------------------------------------
-
-    def BEFORE_WITH(self, frame, ins):
-        ctx = self.resolve(frame.stack[-1])
-        if not isinstance(ctx, GradModeVar):
-            raise Break(f"`with` over {ops.describe(ctx)} runs in Python")
-        frame.stack.pop()
-        prev = self.builder.grad_enabled if ctx.prev is None else ctx.prev
-        if ctx.enabled is not None:
-            self.builder.set_grad_enabled(ctx.enabled)
-        self.push(frame, GradExitVar(prev))
-        self.push(frame, ConstVar(None))
-
-    def PUSH_EXC_INFO(self, frame, ins):
-        raise Break("exception handling runs in Python")
-
-    WITH_EXCEPT_START = POP_EXCEPT = RERAISE = PUSH_EXC_INFO
-
-    def RAISE_VARARGS(self, frame, ins):
-        raise Break("the function raises an exception here")
-
-    def LOAD_ASSERTION_ERROR(self, frame, ins):
-        self.push(frame, ObjVar(AssertionError))
+    # ---- imports and the rest -----------------------------------------------------------------
 
     def IMPORT_NAME(self, frame, ins):
         fromlist = ops.as_python_constant_or_none(self.pop(frame))
@@ -733,7 +763,7 @@ class Tracer:
         self.push(frame, ops.load_attr(self, self.resolve(frame.stack[-1]), ins.argval))
 
     def DELETE_ATTR(self, frame, ins):
-        raise Break(f"del of attribute {ins.argval!r} runs in Python")
+        ops.delete_attr(self, self.pop(frame), ins.argval)
 
     def RETURN_GENERATOR(self, frame, ins):
         if not frame.code.is_generator:
@@ -750,40 +780,3 @@ class Tracer:
 @dataclass
 class _Return:
     value: Var
-
-
-def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
-    """Collect the graph values reachable from `v` (for a graph's outputs)."""
-    if id(v) in seen:
-        return
-    seen.add(id(v))
-    if isinstance(v, TensorVar):
-        out.append(v)
-    elif isinstance(v, (ListVar, TupleVar, SetVar, IteratorVar)):
-        for i in v.items:
-            tensor_vars(i, out, seen)
-    elif isinstance(v, DictVar):
-        for i in v.items.values():
-            tensor_vars(i, out, seen)
-    elif isinstance(v, SliceVar):
-        for i in (v.start, v.stop, v.step):
-            tensor_vars(i, out, seen)
-    elif isinstance(v, CellVar):
-        if v.contents is not None:
-            tensor_vars(v.contents, out, seen)
-    elif isinstance(v, FunctionVar):
-        for part in (v.defaults, v.kwdefaults):
-            if part is not None:
-                tensor_vars(part, out, seen)
-        for c in v.closure or ():
-            tensor_vars(c, out, seen)
-    elif hasattr(v, "fields"):
-        for i in v.fields.values():
-            tensor_vars(i, out, seen)
-    elif isinstance(v, AttrCallVar):
-        tensor_vars(v.obj, out, seen)
-    elif hasattr(v, "self_var"):
-        tensor_vars(v.self_var, out, seen)
-        tensor_vars(v.func, out, seen)
-
-

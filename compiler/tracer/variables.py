@@ -54,6 +54,7 @@ class ListVar(Var):
     items: list[Var]
     source: str | None = None  # set when the list exists outside the trace
     mutated: bool = False  # an outside list changed during the trace: replayed after the graph
+    cls: type = list  # list, or torch.nn.ModuleList for a slice of one (made from a list)
 
 
 @dataclass(eq=False)
@@ -171,6 +172,21 @@ class NewObjectVar(Var):
 
     cls: type
     fields: dict[str, Var] = field(default_factory=dict)
+    items: DictVar | None = None  # the mapping of an instance of a dict subclass
+
+
+@dataclass(eq=False)
+class ExceptionVar(Var):
+    """An exception raised by traced code: its class and constructor arguments. It lives in
+    the trace while handlers there catch it; one that would leave the graph is raised again
+    for real (the graph ends before the instruction that raised it)."""
+
+    cls: type
+    args: list[Var]
+    cause: Var | None = None  # `raise ... from cause`
+
+    def __repr__(self) -> str:
+        return f"ExceptionVar({self.cls.__name__})"
 
 
 @dataclass(eq=False)
@@ -201,6 +217,8 @@ def as_python_constant(v: Var) -> Any:
         return [as_python_constant(i) for i in v.items]
     if isinstance(v, DictVar):
         return {k: as_python_constant(i) for k, i in v.items.items()}
+    if isinstance(v, SetVar):
+        return {as_python_constant(i) for i in v.items}
     if isinstance(v, SliceVar):
         return slice(as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step))
     if isinstance(v, ObjVar):
@@ -224,3 +242,46 @@ def contains_tensor(v: Var) -> bool:
     if isinstance(v, DictVar):
         return any(contains_tensor(i) for i in v.items.values())
     return False
+
+
+def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
+    """Collect the graph values reachable from `v` (for a graph's outputs)."""
+    if id(v) in seen:
+        return
+    seen.add(id(v))
+    if isinstance(v, TensorVar):
+        out.append(v)
+    elif isinstance(v, (ListVar, TupleVar, SetVar, IteratorVar)):
+        for i in v.items:
+            tensor_vars(i, out, seen)
+    elif isinstance(v, DictVar):
+        for i in v.items.values():
+            tensor_vars(i, out, seen)
+    elif isinstance(v, SliceVar):
+        for i in (v.start, v.stop, v.step):
+            tensor_vars(i, out, seen)
+    elif isinstance(v, CellVar):
+        if v.contents is not None:
+            tensor_vars(v.contents, out, seen)
+    elif isinstance(v, FunctionVar):
+        for part in (v.defaults, v.kwdefaults):
+            if part is not None:
+                tensor_vars(part, out, seen)
+        for c in v.closure or ():
+            tensor_vars(c, out, seen)
+    elif isinstance(v, NewObjectVar):
+        for i in [*v.fields.values(), v.items or NULL]:
+            tensor_vars(i, out, seen)
+    elif isinstance(v, AttrCallVar):
+        tensor_vars(v.obj, out, seen)
+    elif isinstance(v, ExceptionVar):
+        for i in [*v.args, v.cause or NULL]:
+            tensor_vars(i, out, seen)
+    elif isinstance(v, MethodVar):
+        tensor_vars(v.self_var, out, seen)
+        tensor_vars(v.func, out, seen)
+    elif isinstance(v, PartialVar):
+        for i in [v.func, *v.args, *v.kwargs.values()]:
+            tensor_vars(i, out, seen)
+    elif isinstance(v, SuperVar):
+        tensor_vars(v.obj, out, seen)

@@ -63,7 +63,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         guards.length(source, value, line)
         items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return TupleVar(items, source, cls=type(value))
-    if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
+    if type(value) is dict or (isinstance(value, dict) and _plain_mapping(value)):
         guards.dict_keys(source, value, line)
         items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
         var = DictVar(items, source, cls=type(value))
@@ -91,6 +91,20 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return ObjVar(value, source)
     guards.identity(source, value, line)
     return ObjVar(value, source)
+
+
+def _plain_mapping(value: dict) -> bool:
+    """A dict subclass instance the trace holds as its mapping: no attributes of its own, and
+    the reads guards and item sources make (keys, `[key]`) are the builtin ones. Methods
+    the class writes in Python are still called (operations.load_attr)."""
+    from compiler.tracer.objects import python_method
+
+    cls = type(value)
+    if cls.__module__ == "collections":
+        return True
+    if getattr(value, "__dict__", None):
+        return False
+    return all(python_method(cls, name) is None for name in ("__getitem__", "keys", "__iter__", "__len__"))
 
 
 def wrap_unguarded(value: Any) -> Var:

@@ -66,6 +66,7 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
 
     model = torchvision.models.resnet18(num_classes=10).cuda()
     comp_model = copy.deepcopy(model)
+    reference = copy.deepcopy(model)  # eager in full fp32: how far TF32 alone moves eager
 
     def make_train(opt):
         def train(mod, data):
@@ -78,6 +79,7 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
         return train
 
     train = make_train(torch.optim.SGD(model.parameters(), lr=0.01))
+    train_ref = make_train(torch.optim.SGD(reference.parameters(), lr=0.01))
     train_opt = compiler.compile(
         make_train(torch.optim.SGD(comp_model.parameters(), lr=0.01)), mode="reduce-overhead"
     )
@@ -85,10 +87,25 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
         data = (torch.randn(8, 3, 64, 64, device="cuda"), torch.randint(10, (8,), device="cuda"))
         train(model, data)
         train_opt(comp_model, data)
-        if tf32:  # element by element TF32 rounding differs; the whole tensor must not
-            for (name, p), q in zip(model.named_parameters(), comp_model.parameters()):
-                for what, a, b in (("", q, p), (".grad", q.grad, p.grad)):
-                    err = ((a - b).norm() / b.norm()).item()
-                    assert err < 1e-2, f"step {step}: {name}{what} relative error {err:.1e}"
-        else:
+        if not tf32:
             assert_state_close(model, comp_model, f"step {step}", atol=1e-4, rtol=1e-4)
+            continue
+        # TF32 rounds each product to 10 bits, and eager and a CUDA graph capture may pick
+        # different cuDNN algorithms: on an H100 (2026-11-24) conv1's weight gradient at
+        # step 0 differed from eager's by 8% (relative norm) in TF32, while in fp32 the two
+        # agree to 1e-4. So each TF32 result is held to eager's fp32 answer for the same
+        # weights and batch: ours may stray from it no more than a few times eager does.
+        with torch.backends.cudnn.flags(allow_tf32=False):
+            torch.backends.cuda.matmul.allow_tf32 = False
+            train_ref(reference, data)
+            torch.backends.cuda.matmul.allow_tf32 = True
+        for (name, r), p, q in zip(
+            reference.named_parameters(), model.parameters(), comp_model.parameters()
+        ):
+            for what, ours, eager, exact in (("", q, p, r), (".grad", q.grad, p.grad, r.grad)):
+                eager_err = ((eager - exact).norm() / exact.norm()).item()
+                ours_err = ((ours - exact).norm() / exact.norm()).item()
+                assert ours_err <= 3 * eager_err + 1e-3, (
+                    f"step {step}: {name}{what}: {ours_err:.1e} from fp32, eager {eager_err:.1e}"
+                )
+        reference.load_state_dict(model.state_dict())  # the next step starts where eager is

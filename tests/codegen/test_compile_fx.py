@@ -151,7 +151,7 @@ def test_autograd_graphs_compile_a_backward():
 def test_internal_failure_falls_back_with_warning(monkeypatch):
     import compiler.codegen.compile_fx as cfx
 
-    def broken(graph):
+    def broken(graph, **kwargs):
         raise RuntimeError("scheduler exploded")
 
     monkeypatch.setattr(cfx, "fuse", broken)

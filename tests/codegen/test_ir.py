@@ -54,6 +54,15 @@ def test_index_matches_python_on_all_points():
                 assert e.subs(env).const == expected
 
 
+def test_split_of_a_split_loop_folds_back():
+    # an NHWC address over a merged H*W loop, that loop fused again with N: one variable
+    m = Var("m", 16 * 1024)
+    hw = Index.of(m) % 1024
+    address = (Index.of(m) // 1024) * 65536 + (hw // 32) * 2048 + (hw % 32) * 64
+    assert address == Index.of(m) * 64
+    assert (hw // 32) == (Index.of(m) // 32) % 32
+
+
 def _graph(fn, *inputs):
     gm = torch.fx.symbolic_trace(fn)
     aot = trace_forward(gm, list(inputs))
@@ -85,6 +94,17 @@ def test_fusion_decisions():
     sched = schedule(_graph(lambda y, c: (y * c.reshape(1, 3, 1, 1),), y, torch.randn(3)))
     assert [v.size for v in sched.kernels[0].outer] == [2, 3, 20]
     assert "kernel triton_poi_fused" in format_schedule(sched)
+
+
+def test_unrelated_large_outputs_get_their_own_kernels():
+    # two products of inputs sharing no data: small ones share a kernel, large ones (each
+    # read by its own matmul only) do not, so each is allocated just before it is needed
+    def fn(a, b):
+        return ((a * 2) @ a.t())[0], ((b * 3) @ b.t())[0]
+
+    small = schedule(_graph(fn, torch.randn(8, 8), torch.randn(8, 8)))
+    large = schedule(_graph(fn, torch.randn(1024, 512), torch.randn(1024, 512)))
+    assert len(small.kernels) < len(large.kernels)
 
 
 def test_buffers_are_freed_after_last_use():

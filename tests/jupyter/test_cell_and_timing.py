@@ -81,3 +81,19 @@ def test_measure_uses_cuda_events_on_the_gpu() -> None:
     assert device_of(inputs) == "cuda"
     m = measure(torch.sin, (x,), {}, "cuda", "eager", budget_s=0.05)
     assert m.error is None and len(m.samples_ms) >= 5 and 0 < m.median_ms < 100
+
+
+def test_run_timing_measures_real_cpp_kernels():
+    import compiler
+
+    def fn(x):
+        return (x.sin() * 2).sum(-1)
+
+    compiled = compiler.compile(fn)
+    x = torch.randn(64, 512)
+    compiled(x)
+    report = compiler.inspect(compiled)
+    cpp = [k for k in report.kernels if k.language == "cpp"]
+    assert cpp
+    run_timing(TimingInputs(fn, compiled, fn, (x,), {}), report)
+    assert all(k.measured_ms is not None and k.measured_ms > 0 for k in cpp)

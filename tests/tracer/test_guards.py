@@ -714,3 +714,18 @@ def test_enum_member_attribute_guarded_by_equality():
     m.fmt, m.level = Fmt.NCHW, Level.HIGH
     call_both(m, compiled, x)
     assert_recompiled(compiled, 2)
+
+
+def test_recompile_limit_warning_is_one_short_line():
+    """A failing guard on a module names it by class: its repr (every layer) stays out."""
+
+    def f(model, x):
+        return model(x)
+
+    cf = compiler.compile(f, backend="eager")
+    with pytest.warns(compiler.CompilerWarning) as caught:
+        for _ in range(10):
+            cf(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()), torch.randn(2, 3))
+    (message,) = [str(w.message) for w in caught if "recompiled" in str(w.message)]
+    assert "\n" not in message and len(message) < 600, message
+    assert "a Sequential module at 0x" in message, message

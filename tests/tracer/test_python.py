@@ -504,12 +504,7 @@ def walrus_and_ternary(x):
     return y, n
 
 
-@case(
-    T(3),
-    graphs=1,
-    breaks=0,
-    xfail="try/except/finally frames run eagerly: the tracer does not model exception tables yet",
-)
+@case(T(3), graphs=1, breaks=0)
 def try_finally_without_exception(x):
     try:
         y = x + 1

@@ -1,0 +1,464 @@
+"""Python builtins and torch's global-state functions, computed on tracer values: folded on
+constants, put in the graph on tensors, or a graph break."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import operator
+import types
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from compiler.tracer import calls, objects
+from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.exceptions import materialize, raise_python
+from compiler.tracer.operations import (
+    binary,
+    describe,
+    load_attr,
+    truth,
+    unary,
+    unpack_iterable,
+)
+from compiler.tracer.shapes import concrete, python_type
+from compiler.tracer.variables import (
+    AttrCallVar,
+    ConstVar,
+    DictVar,
+    ExceptionVar,
+    FunctionVar,
+    GradModeVar,
+    IteratorVar,
+    ListVar,
+    MethodVar,
+    NewObjectVar,
+    ObjVar,
+    SetVar,
+    SliceVar,
+    SuperVar,
+    TensorVar,
+    TupleVar,
+    Var,
+    as_python_constant,
+    contains_tensor,
+    is_python_constant,
+)
+from compiler.tracer.wrap import wrap_unguarded
+
+if TYPE_CHECKING:
+    from compiler.tracer.translator import Tracer
+
+_PURE_MODULES = {"math", "cmath", "operator", "_operator"}
+_PURE_BUILTINS = {
+    abs, all, any, bool, chr, divmod, float, hash, int, len, max, min, ord, pow, repr, round,
+    sorted, str, sum, format, hex, oct, bin,
+}  # fmt: skip
+
+
+def is_pure_builtin(fn: Any) -> bool:
+    if fn in _PURE_BUILTINS:
+        return True
+    module = getattr(fn, "__module__", None)
+    if module in _PURE_MODULES:
+        return True
+    self_obj = getattr(fn, "__self__", None)
+    return isinstance(fn, types.BuiltinMethodType) and isinstance(
+        self_obj, (str, int, float, tuple, bytes)
+    )
+
+
+_TEXT_BUILTINS = {str, repr, format, hash, ascii}
+# Builtins that take one iterable and read its items.
+_ITERATING = {sum, max, min, all, any, sorted, frozenset}
+
+
+def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Compute a pure function of constants now; with tensors, record it as a graph op."""
+    args = [ListVar(a.items[a.index :]) if isinstance(a, IteratorVar) else a for a in args]
+    if fn in _ITERATING and len(args) == 1 and not is_python_constant(args[0]):
+        args = [ListVar(unpack_iterable(tx, args[0]))]  # its items, through its own __iter__
+    if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
+        if fn in (abs, pow) or getattr(fn, "__module__", None) in ("operator", "_operator"):
+            return tx.builder.call("call_function", fn, args, kwargs)
+        if fn in (max, min, sum, all, any, sorted):
+            return _reduce_builtin(tx, fn, args)
+        if fn in (bool, int, float) and args and isinstance(args[0], TensorVar):
+            raise Break(f"{fn.__name__}() of a tensor reads its value into Python")
+        if fn is len and args and isinstance(args[0], TensorVar):
+            return ConstVar(len(args[0].fake))
+        raise Break(f"{getattr(fn, '__name__', fn)} on tensors is not traced")
+    if fn in (str, repr, format) and args and isinstance(args[0], ExceptionVar):
+        args = [ObjVar(materialize(args[0])), *args[1:]]  # the text of a fresh equal exception
+    try:
+        a = [as_python_constant(x) for x in args]
+        k = {n: as_python_constant(v) for n, v in kwargs.items()}
+        if fn in _TEXT_BUILTINS:  # text of a symbolic size is its value's (shapes.py)
+            a = [concrete(x) for x in a]
+    except TypeError:
+        if fn is len and args:
+            return _len(tx, args[0])
+        raise Break(f"{getattr(fn, '__name__', fn)} of non-constant values is not traced") from None
+    try:
+        return wrap_unguarded(fn(*a, **k))
+    except Exception as e:
+        raise raise_python(e) from None
+
+
+def _reduce_builtin(tx: Tracer, fn: Callable, args: list[Var]) -> Var:
+    if fn is sum:
+        items = unpack_iterable(tx, args[0])
+        total = args[1] if len(args) > 1 else ConstVar(0)
+        for item in items:
+            total = binary(tx, operator.add, total, item)
+        return total
+    raise Break(f"{fn.__name__}() over tensors compares tensor values")
+
+
+def _len(tx: Tracer, v: Var) -> Var:
+    if isinstance(v, ConstVar):
+        try:
+            return ConstVar(len(v.value))
+        except TypeError as e:
+            raise raise_python(e) from None
+    if isinstance(v, (ListVar, TupleVar, SetVar)):
+        return ConstVar(len(v.items))
+    if isinstance(v, DictVar):
+        return ConstVar(len(v.items))
+    if isinstance(v, IteratorVar):
+        raise Break("len() of an iterator")
+    if isinstance(v, TensorVar):
+        return ConstVar(len(v.fake))
+    if isinstance(v, ObjVar) and isinstance(v.value, types.MappingProxyType):
+        return ConstVar(len(v.value))  # a read-only view (a signature's parameters)
+    if isinstance(v, ObjVar) and isinstance(v.value, torch.nn.Module) and v.source:
+        tx.guards.length(v.source, v.value)
+        return ConstVar(len(v.value))
+    if isinstance(v, (NewObjectVar, ObjVar)):
+        out = objects.call_dunder(tx, v, "__len__", [])
+        if objects.found(out):
+            return out
+        if isinstance(v, NewObjectVar) and v.items is not None:
+            return ConstVar(len(v.items.items))
+    raise Break(f"len() of {describe(v)}")
+
+
+def _python_type(v: Var) -> type:
+    if isinstance(v, TensorVar):
+        return torch.nn.Parameter if v.source and _is_parameter(v) else torch.Tensor
+    if isinstance(v, (ConstVar, ObjVar)):
+        return python_type(v.value)
+    if isinstance(v, ListVar):
+        return v.cls
+    if isinstance(v, TupleVar):
+        return v.cls
+    if isinstance(v, DictVar):
+        return v.cls
+    if isinstance(v, SetVar):
+        return set
+    if isinstance(v, (FunctionVar,)):
+        return types.FunctionType
+    if isinstance(v, MethodVar):
+        return types.MethodType
+    if isinstance(v, (NewObjectVar, ExceptionVar)):
+        return v.cls
+    raise Break(f"type of {describe(v)}")
+
+
+def _is_parameter(v: TensorVar) -> bool:
+    return bool(v.node.meta.get("is_parameter"))
+
+
+def _isinstance(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    obj, classes = args[0], as_python_constant(args[1])
+    if isinstance(obj, ObjVar):
+        return ConstVar(isinstance(obj.value, classes))
+    if isinstance(obj, TensorVar):
+        return ConstVar(
+            issubclass(_python_type(obj), classes)
+            or (
+                not _is_parameter(obj)
+                and isinstance(obj.fake, classes)
+                and classes is not torch.nn.Parameter
+            )
+        )
+    return ConstVar(issubclass(_python_type(obj), classes))
+
+
+def _getattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    name = as_python_constant(args[1])
+    if len(args) > 2 and not _hasattr_value(tx, args[0], name):
+        return args[2]
+    return load_attr(tx, args[0], name)
+
+
+def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
+    if isinstance(obj, ObjVar) and tx.attr_writes.get(id(obj.value)) is not None:
+        written = tx.attr_writes[id(obj.value)].values
+        if name in written:
+            return written[name] is not None
+    if isinstance(obj, (ObjVar, ConstVar)):
+        return hasattr(obj.value, name)
+    if isinstance(obj, TensorVar):
+        return hasattr(obj.fake, name)
+    unwound = tx.unwound
+    try:
+        load_attr(tx, obj, name)
+        return True
+    except Raised as r:
+        if not issubclass(r.exc.cls, AttributeError):
+            raise
+        tx.unwound = unwound  # caught by hasattr, not by a handler
+        return False
+
+
+def _hasattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return ConstVar(_hasattr_value(tx, args[0], as_python_constant(args[1])))
+
+
+def _range(tx, args, kwargs):
+    return ConstVar(range(*[as_python_constant(a) for a in args]))
+
+
+def _list(tx, args, kwargs):
+    return ListVar(unpack_iterable(tx, args[0]) if args else [])
+
+
+def _tuple(tx, args, kwargs):
+    return TupleVar(unpack_iterable(tx, args[0]) if args else [])
+
+
+def _dict(tx, args, kwargs):
+    items: dict[Any, Var] = {}
+    if args:
+        src = args[0]
+        if isinstance(src, DictVar):
+            items.update(src.items)
+        else:
+            for pair in unpack_iterable(tx, src):
+                k, v = unpack_iterable(tx, pair)
+                items[as_python_constant(k)] = v
+    items.update(kwargs)
+    return DictVar(items)
+
+
+def _enumerate(tx, args, kwargs):
+    start = (
+        as_python_constant(args[1])
+        if len(args) > 1
+        else as_python_constant(kwargs.get("start", ConstVar(0)))
+    )
+    items = unpack_iterable(tx, args[0])
+    return IteratorVar([TupleVar([ConstVar(i + start), v]) for i, v in enumerate(items)])
+
+
+def _zip(tx, args, kwargs):
+    columns = [unpack_iterable(tx, a) for a in args]
+    return IteratorVar([TupleVar(list(row)) for row in zip(*columns)])
+
+
+def _reversed(tx, args, kwargs):
+    return IteratorVar(list(reversed(unpack_iterable(tx, args[0]))))
+
+
+def _iter(tx, args, kwargs):
+    from compiler.tracer.operations import get_iter
+
+    return get_iter(tx, args[0])
+
+
+def _next(tx, args, kwargs):
+    it = args[0]
+    if isinstance(it, IteratorVar) and it.index < len(it.items):
+        it.index += 1
+        return it.items[it.index - 1]
+    if isinstance(it, IteratorVar) and len(args) > 1:
+        return args[1]
+    if isinstance(it, IteratorVar):
+        raise Raised(ExceptionVar(StopIteration, []))
+    raise Break("next() on an unknown iterator")
+
+
+def _map(tx, args, kwargs):
+    columns = [unpack_iterable(tx, a) for a in args[1:]]
+    return IteratorVar([calls.call(tx, args[0], list(row), {}) for row in zip(*columns)])
+
+
+def _filter(tx, args, kwargs):
+    items = unpack_iterable(tx, args[1])
+    if isinstance(args[0], ConstVar) and args[0].value is None:
+        return IteratorVar([i for i in items if truth(tx, i)])
+    return IteratorVar([i for i in items if truth(tx, calls.call(tx, args[0], [i], {}))])
+
+
+def _print(tx, args, kwargs):
+    raise Break("print() writes output; it runs in Python")
+
+
+def _type(tx, args, kwargs):
+    if len(args) != 1:
+        raise Break("type() with three arguments")
+    return ObjVar(_python_type(args[0]))
+
+
+def _callable(tx, args, kwargs):
+    v = args[0]
+    if isinstance(v, (FunctionVar, MethodVar, AttrCallVar)):
+        return ConstVar(True)
+    if isinstance(v, (ObjVar, ConstVar)):
+        return ConstVar(callable(v.value))
+    return ConstVar(False)
+
+
+def _super(tx, args, kwargs):
+    if len(args) == 2:
+        return SuperVar(as_python_constant(args[0]), args[1])
+    frame = tx.current_frame
+    if "__class__" not in frame.cells:
+        raise Break("zero-argument super() outside a method")
+    cls = as_python_constant(tx.cell_contents(frame.cells["__class__"]))
+    first = frame.code.code.co_varnames[0]
+    return SuperVar(cls, tx.resolve(frame.locals[first]))
+
+
+def _grad_ctx(enabled: bool) -> Callable:
+    def make(tx, args, kwargs):
+        return GradModeVar(enabled)
+
+    return make
+
+
+def _set_grad_enabled(tx, args, kwargs):
+    enabled = bool(as_python_constant(args[0]))
+    prev = tx.builder.grad_enabled
+    tx.builder.set_grad_enabled(enabled)
+    return GradModeVar(enabled, prev)
+
+
+def _is_grad_enabled(tx, args, kwargs):
+    return ConstVar(tx.builder.grad_enabled)
+
+
+def _min_max(fn):
+    def fold(tx, args, kwargs):
+        if len(args) == 1:
+            items = unpack_iterable(tx, args[0])
+        else:
+            items = list(args)
+        if all(is_python_constant(i) and not isinstance(i, ObjVar) for i in items):
+            return ConstVar(fn(as_python_constant(i) for i in items))
+        raise Break(f"{fn.__name__}() over tensors compares tensor values")
+
+    return fold
+
+
+def _bool(tx, args, kwargs):
+    if not args:
+        return ConstVar(False)
+    return ConstVar(truth(tx, args[0]))
+
+
+def _unary_builtin(op):
+    def run(tx, args, kwargs):
+        if isinstance(args[0], TensorVar):
+            return unary(tx, op, args[0])
+        return fold(tx, op, args, kwargs)
+
+    return run
+
+
+def _slice(tx, args, kwargs):
+    if kwargs or not 1 <= len(args) <= 3:
+        raise Break("slice() with these arguments")
+    if len(args) == 1:
+        return SliceVar(ConstVar(None), args[0], ConstVar(None))
+    return SliceVar(args[0], args[1], args[2] if len(args) == 3 else ConstVar(None))
+
+
+def _class_of(v: Var) -> type:
+    """The class a dataclasses helper reads: `v` itself when it is a class."""
+    if isinstance(v, ObjVar) and isinstance(v.value, type):
+        return v.value
+    return _python_type(v)
+
+
+def _dataclass_fields(tx, args, kwargs):
+    # Fields belong to the class (the guards on the object pin its class): a constant.
+    try:
+        return wrap_unguarded(dataclasses.fields(_class_of(args[0])))
+    except TypeError as e:
+        raise raise_python(e) from None
+
+
+def _signature(tx, args, kwargs):
+    """inspect.signature of a function: computed from its code and defaults, a constant."""
+    fn = args[0]
+    if isinstance(fn, MethodVar) and isinstance(fn.func, FunctionVar) and fn.func.fn is not None:
+        sig = inspect.signature(fn.func.fn)
+        return ConstVar(sig.replace(parameters=list(sig.parameters.values())[1:]))
+    if isinstance(fn, FunctionVar) and fn.fn is not None:
+        return ConstVar(inspect.signature(fn.fn))
+    if isinstance(fn, (ObjVar, ConstVar)) and callable(fn.value):
+        return ConstVar(inspect.signature(fn.value))
+    raise Break(f"inspect.signature of {describe(fn)}")
+
+
+def _vars(tx, args, kwargs):
+    if len(args) != 1:
+        raise Break("vars() without an argument")
+    return load_attr(tx, args[0], "__dict__")
+
+
+def _is_dataclass(tx, args, kwargs):
+    return ConstVar(dataclasses.is_dataclass(_class_of(args[0])))
+
+
+SPECIAL: dict[Any, Callable] = {
+    isinstance: _isinstance,
+    getattr: _getattr,
+    hasattr: _hasattr,
+    range: _range,
+    list: _list,
+    tuple: _tuple,
+    dict: _dict,
+    enumerate: _enumerate,
+    zip: _zip,
+    reversed: _reversed,
+    iter: _iter,
+    next: _next,
+    print: _print,
+    map: _map,
+    filter: _filter,
+    type: _type,
+    callable: _callable,
+    super: _super,
+    max: _min_max(max),
+    min: _min_max(min),
+    bool: _bool,
+    abs: _unary_builtin(operator.abs),
+    len: lambda tx, args, kwargs: _len(tx, args[0]),
+    torch.no_grad: _grad_ctx(False),
+    torch.enable_grad: _grad_ctx(True),
+    torch.set_grad_enabled: _set_grad_enabled,
+    torch.is_grad_enabled: _is_grad_enabled,
+    slice: _slice,
+    dataclasses.fields: _dataclass_fields,
+    dataclasses.is_dataclass: _is_dataclass,
+    inspect.signature: _signature,
+    vars: _vars,
+    torch.inference_mode: lambda tx, a, k: (_ for _ in ()).throw(
+        Break("torch.inference_mode runs in Python")
+    ),
+}
+if hasattr(torch, "_C") and hasattr(torch._C, "_has_torch_function"):
+    for _fn in (
+        torch._C._has_torch_function,
+        torch._C._has_torch_function_unary,
+        torch._C._has_torch_function_variadic,
+        torch.overrides.has_torch_function,
+        torch.overrides.has_torch_function_unary,
+        torch.overrides.has_torch_function_variadic,
+    ):
+        # Plain tensors never carry __torch_function__ overrides (subclasses are guarded out).
+        SPECIAL[_fn] = lambda tx, args, kwargs: ConstVar(False)

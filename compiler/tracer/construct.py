@@ -1,0 +1,101 @@
+"""Constructing objects during tracing: named tuples, argument-free torch.nn modules,
+partials, and instances of plain Python classes whose __init__ is inlined."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from compiler.tracer import builtin_fns, calls, objects
+from compiler.tracer.breaks import Break
+from compiler.tracer.exceptions import is_simple_exception_class
+from compiler.tracer.operations import (
+    unpack_iterable,
+)
+from compiler.tracer.variables import (
+    ExceptionVar,
+    FunctionVar,
+    GradModeVar,
+    ObjVar,
+    PartialVar,
+    TupleVar,
+    Var,
+    as_python_constant,
+    contains_tensor,
+    is_python_constant,
+)
+from compiler.tracer.wrap import wrap_unguarded
+
+if TYPE_CHECKING:
+    from compiler.tracer.translator import Tracer
+
+
+def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    cls = cls_var.value
+    if isinstance(cls, type) and issubclass(cls, torch.amp.autocast):
+        return _autocast(cls, args, kwargs)
+    if cls is torch.Size:
+        return TupleVar(list(unpack_iterable(tx, args[0])) if args else [], cls=torch.Size)
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        bound = inspect.signature(cls).bind(*args, **kwargs)
+        bound.apply_defaults()
+        return TupleVar([_as_var(v) for v in bound.arguments.values()], cls=cls)
+    if (
+        issubclass(cls, torch.nn.Module)
+        and cls.__module__.startswith("torch.nn")
+        and not contains_tensor(TupleVar(list(args) + list(kwargs.values())))
+    ):
+        module = cls(
+            *[as_python_constant(a) for a in args],
+            **{k: as_python_constant(v) for k, v in kwargs.items()},
+        )
+        if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+            raise Break(f"constructing {cls.__name__} creates parameters; it runs in Python")
+        return ObjVar(module)
+    if cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
+        is_python_constant(a) for a in args
+    ):
+        return builtin_fns.fold(tx, cls, args, kwargs)
+    if is_simple_exception_class(cls) and not kwargs:
+        return ExceptionVar(cls, list(args))
+    if cls is functools.partial and args:
+        return PartialVar(args[0], list(args[1:]), dict(kwargs))
+    if objects.is_plain_class(cls):
+        obj = objects.new_instance(cls)
+        init = inspect.getattr_static(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            calls.call(tx, FunctionVar(fn=init), [obj, *args], kwargs)
+        elif obj.items is not None and len(args) <= 1:
+            calls.dict_method(tx, obj.items, "update", list(args), kwargs)  # dict's __init__
+        elif args or kwargs:
+            raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
+        return obj
+    raise Break(f"constructing a {cls.__qualname__} runs in Python")
+
+
+def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`torch.autocast(..., enabled=False)` while autocast is off (every entry guards that)
+    changes nothing: a context that keeps the grad mode. timm's efficientvit computes its
+    attention under one. Autocast switched on runs in Python."""
+    if not all(is_python_constant(v) for v in (*args, *kwargs.values())):
+        raise Break("torch.autocast with traced arguments runs in Python")
+    bound = inspect.signature(cls.__init__).bind(
+        None, *[as_python_constant(a) for a in args],
+        **{k: as_python_constant(v) for k, v in kwargs.items()},
+    )  # fmt: skip
+    bound.apply_defaults()
+    if bound.arguments.get("enabled") is False and not torch._C._is_any_autocast_enabled():
+        return GradModeVar(None)
+    raise Break("torch.autocast that switches autocast on or off runs in Python")
+
+
+def is_skipped_module(module: str) -> bool:
+    return module.split(".")[0] in calls.SKIP_PACKAGES or module.split(".")[0] == "torch"
+
+
+def _as_var(v: Any) -> Var:
+    return v if isinstance(v, Var) else wrap_unguarded(v)

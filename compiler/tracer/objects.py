@@ -1,0 +1,296 @@
+"""Instances of Python classes in the trace: the methods their classes write in Python, the
+builtin object and dict methods under them, and attribute writes.
+
+Two kinds of instance:
+- built during tracing (`NewObjectVar`): its attributes are tracer values; an instance of a
+  dict subclass (transformers' ModelOutput: a dataclass over OrderedDict) also holds its
+  mapping as a DictVar. It is rebuilt for real, with both, when it leaves the graph.
+- read from the frame (`ObjVar`): a real object. Attributes the trace writes to a plain one
+  are kept in `Tracer.attr_writes` (reads in the trace see them) and written for real after
+  the graph runs, as the changes to outside lists and dicts are.
+
+A dunder the class defines in Python (`__getitem__`, `__setattr__`, ...) is inlined, as eager
+would call it; where the class keeps object's or dict's, the tracer applies the builtin.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import types
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.variables import (
+    ConstVar,
+    DictVar,
+    ExceptionVar,
+    FunctionVar,
+    MethodVar,
+    NewObjectVar,
+    ObjVar,
+    Var,
+)
+from compiler.tracer.wrap import wrap_unguarded
+
+if TYPE_CHECKING:
+    from compiler.tracer.translator import Tracer
+
+# The builtin bases a traced instance may have: their construction takes no state the trace
+# does not see (dict and OrderedDict start empty).
+MAPPING_BASES = (dict, collections.OrderedDict)
+_BUILTIN_BASES = (object, *MAPPING_BASES)
+_MISSING = object()
+
+
+def python_method(cls: type, name: str) -> types.FunctionType | None:
+    """The function `cls` (or a base before the builtin ones) defines for `name` in Python."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return attr if isinstance(attr, types.FunctionType) else None
+    return None
+
+
+def class_of(obj: Var) -> type | None:
+    """The class whose methods apply to `obj`, for the instances this module knows."""
+    if isinstance(obj, NewObjectVar):
+        return obj.cls
+    if isinstance(obj, DictVar):
+        return obj.cls
+    if isinstance(obj, ObjVar) and not isinstance(obj.value, (type, types.ModuleType, torch.Tensor)):
+        return type(obj.value)  # (a tensor subclass's Python dunders are torch's, not traced)
+    return None
+
+
+def call_dunder(tx: Tracer, obj: Var, name: str, args: list[Var]) -> Any:
+    """`type(obj).name(obj, *args)` inlined when the class writes it in Python, else _MISSING."""
+    cls = class_of(obj)
+    fn = python_method(cls, name) if cls is not None and cls not in _BUILTIN_BASES else None
+    if fn is None:
+        return _MISSING
+    from compiler.tracer.calls import call
+
+    return call(tx, FunctionVar(fn=fn), [obj, *args], {})
+
+
+def found(value: Any) -> bool:
+    return value is not _MISSING
+
+
+def mapping_base(cls: type) -> type:
+    """The builtin mapping under a dict subclass (what its C methods are)."""
+    return next(k for k in cls.__mro__ if k in MAPPING_BASES)
+
+
+# ---- instances built during tracing -------------------------------------------------------
+
+
+def is_plain_class(cls: type) -> bool:
+    """A Python class whose instances the trace can build: a __dict__ and no state from a
+    constructor written in C (object, dict and OrderedDict bases only)."""
+    from compiler.tracer.construct import is_skipped_module
+
+    meta = type(cls)
+    if not issubclass(meta, type) or cls.__module__ == "builtins":
+        return False
+    if any("__call__" in k.__dict__ for k in meta.__mro__ if k not in (type, object)):
+        return False  # a metaclass that changes how instances are made
+    if is_skipped_module(cls.__module__) or getattr(cls, "__abstractmethods__", None):
+        return False  # library classes; abstract ones raise when instantiated
+    if any(k.__dict__.get("__slots__", ()) for k in cls.__mro__ if k not in _BUILTIN_BASES):
+        return False  # slots hold state outside the __dict__ (ABCs declare empty ones)
+    if any(k not in _BUILTIN_BASES and k.__module__ == "builtins" for k in cls.__mro__):
+        return False
+    return all(
+        k in _BUILTIN_BASES or "__new__" not in k.__dict__ for k in cls.__mro__
+    ) and not issubclass(cls, (BaseException, torch.nn.Module, torch.Tensor))
+
+
+def new_instance(cls: type) -> NewObjectVar:
+    items = DictVar({}) if issubclass(cls, MAPPING_BASES) else None
+    return NewObjectVar(cls, {}, items)
+
+
+def new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> Var:
+    """`obj.name` with Python's lookup order: data descriptors of the class, the instance's
+    attributes, then the class's other attributes, then a Python __getattr__."""
+    cls = obj.cls
+    attr = inspect.getattr_static(cls, name, _MISSING)
+    if isinstance(attr, property):
+        return _call_fn(tx, attr.fget, [obj], name)
+    if name in obj.fields:
+        return obj.fields[name]
+    if name == "__dict__":
+        return DictVar(obj.fields)  # the same dict: writes through it are attribute writes
+    if name == "__class__":
+        return ObjVar(cls)
+    if attr is not _MISSING:
+        return _class_member(tx, obj, cls, name, attr)
+    getattr_fn = python_method(cls, "__getattr__")
+    if getattr_fn is not None:
+        return _call_fn(tx, getattr_fn, [obj, ConstVar(name)], name)
+    raise Raised(
+        ExceptionVar(
+            AttributeError, [ConstVar(f"'{cls.__name__}' object has no attribute '{name}'")]
+        )
+    )
+
+
+def _call_fn(tx: Tracer, fn: Any, args: list[Var], name: str) -> Var:
+    if not isinstance(fn, types.FunctionType):
+        raise Break(f"attribute {name!r} is computed by builtin code")
+    from compiler.tracer.calls import call
+
+    return call(tx, FunctionVar(fn=fn), args, {})
+
+
+def _class_member(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
+    if isinstance(attr, types.FunctionType):
+        return MethodVar(FunctionVar(fn=attr), obj)
+    if isinstance(attr, staticmethod):
+        return (
+            FunctionVar(fn=attr.__func__)
+            if isinstance(attr.__func__, types.FunctionType)
+            else ObjVar(attr.__func__)
+        )
+    if isinstance(attr, classmethod):
+        return MethodVar(FunctionVar(fn=attr.__func__), ObjVar(cls))
+    owner = next(k for k in cls.__mro__ if name in k.__dict__)
+    if owner in _BUILTIN_BASES:
+        # a method of object or of the mapping: applied to the traced instance by call_method
+        from compiler.tracer.variables import AttrCallVar
+
+        return AttrCallVar(obj, name)
+    if hasattr(attr, "__get__") and not isinstance(attr, (type, types.BuiltinFunctionType)):
+        raise Break(f"class attribute {name!r} of {cls.__name__} is a descriptor")
+    return wrap_unguarded(attr)  # a class constant
+
+
+def store_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str, value: Var) -> None:
+    setattr_fn = python_method(obj.cls, "__setattr__")
+    if setattr_fn is not None:
+        _call_fn(tx, setattr_fn, [obj, ConstVar(name), value], name)
+        return
+    raw_store(obj, name, value)
+
+
+def raw_store(obj: NewObjectVar, name: str, value: Var) -> None:
+    """object.__setattr__: a data descriptor of the class takes the write, else the instance."""
+    attr = inspect.getattr_static(obj.cls, name, None)
+    if hasattr(type(attr), "__set__"):
+        raise Break(f"attribute {name!r} of {obj.cls.__name__} is set through a descriptor")
+    obj.fields[name] = value
+
+
+def delete_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> None:
+    delattr_fn = python_method(obj.cls, "__delattr__")
+    if delattr_fn is not None:
+        _call_fn(tx, delattr_fn, [obj, ConstVar(name)], name)
+        return
+    if name not in obj.fields:
+        raise Raised(ExceptionVar(AttributeError, [ConstVar(name)]))
+    del obj.fields[name]
+
+
+def object_method(
+    tx: Tracer, obj: NewObjectVar, name: str, args: list[Var], kwargs: dict[str, Var]
+) -> Var:
+    """A builtin method of object or of the mapping base, on an instance built in the trace
+    (reached through super() or because the class keeps the builtin one)."""
+    if name == "__setattr__" and len(args) == 2:
+        raw_store(obj, _const_name(args[0]), args[1])
+        return ConstVar(None)
+    if name == "__getattribute__" and len(args) == 1:
+        key = _const_name(args[0])
+        if key in obj.fields:
+            return obj.fields[key]
+        return new_object_attr(tx, obj, key)
+    if name == "__delattr__" and len(args) == 1:
+        key = _const_name(args[0])
+        if key not in obj.fields:
+            raise Raised(ExceptionVar(AttributeError, [ConstVar(key)]))
+        del obj.fields[key]
+        return ConstVar(None)
+    if name == "__init__" and obj.items is None and not args and not kwargs:
+        return ConstVar(None)
+    if obj.items is not None:
+        from compiler.tracer.calls import dict_method
+
+        return dict_method(tx, obj.items, name, args, kwargs)
+    raise Break(f"method {name!r} of a {obj.cls.__name__} built during tracing")
+
+
+def _const_name(v: Var) -> str:
+    if isinstance(v, ConstVar) and isinstance(v.value, str):
+        return v.value
+    raise Break("an attribute name that is not a constant string")
+
+
+# ---- attribute writes to real objects -------------------------------------------------------
+
+
+@dataclass
+class AttrWrites:
+    """The attributes a trace wrote to one real object (None: deleted)."""
+
+    obj: ObjVar
+    values: dict[str, Var | None] = field(default_factory=dict)
+
+
+def writable(obj: ObjVar, name: str) -> bool:
+    """A real object whose attribute `name` object.__setattr__ may write in the trace: an
+    instance with a __dict__, read from a source, no descriptor of its class for the name,
+    and no __setattr__ / __delattr__ written in C (those written in Python are inlined)."""
+    cls = type(obj.value)
+    if obj.source is None or isinstance(obj.value, (type, types.ModuleType, torch.nn.Module)):
+        return False
+    for slot in ("__setattr__", "__delattr__"):
+        if getattr(cls, slot) is not getattr(object, slot) and python_method(cls, slot) is None:
+            return False
+    if not isinstance(getattr(obj.value, "__dict__", None), dict):
+        return False
+    return not hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+
+
+def real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> Var:
+    """object's own attribute methods on a real object, reached through super() from the
+    ones its class writes in Python (a config's __getattribute__ and __setattr__)."""
+    from compiler.tracer.operations import object_getattribute
+
+    key = _const_name(args[0]) if args else ""
+    if name == "__getattribute__" and len(args) == 1:
+        return object_getattribute(tx, obj, key)
+    if name in ("__setattr__", "__delattr__") and writable(obj, key):
+        write_attr(tx, obj, key, args[1] if name == "__setattr__" and len(args) == 2 else None)
+        return ConstVar(None)
+    raise Break(f"object.{name} on a {type(obj.value).__name__} runs in Python")
+
+
+def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
+    """The value the trace wrote to `obj.name` earlier (raising as a deleted one would), or
+    _MISSING when the trace has not written it."""
+    writes = tx.attr_writes.get(id(obj.value))
+    if writes is None or name not in writes.values:
+        return _MISSING
+    value = writes.values[name]
+    if value is None:
+        raise Raised(
+            ExceptionVar(
+                AttributeError,
+                [ConstVar(f"'{type(obj.value).__name__}' object has no attribute '{name}'")],
+            )
+        )
+    return value
+
+
+def write_attr(tx: Tracer, obj: ObjVar, name: str, value: Var | None) -> None:
+    """Record `obj.name = value` (`del obj.name` for None) to replay after the graph."""
+    writes = tx.attr_writes.setdefault(id(obj.value), AttrWrites(obj))
+    if value is None and writes.values.get(name) is None:
+        # deleting what the trace did not write: whether it exists is not guarded
+        raise Break(f"del of attribute {name!r} of a {type(obj.value).__name__} runs in Python")
+    writes.values[name] = value

@@ -1,0 +1,200 @@
+"""Hugging Face transformers models, built from their config classes (random weights, no
+downloads) at tiny sizes: each is captured in one graph with no break, as torch.compile
+captures it, and gives eager's outputs (ModelOutput objects and key/value caches included)
+through the `eager` backend and the default `inductor` backend (C++ kernels on CPU), in eval
+mode and, for training, with the same gradients."""
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import compiler
+
+transformers = pytest.importorskip("transformers")
+
+BATCH, SEQ, VOCAB = 2, 16, 100
+_SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+}
+
+
+def _ids() -> torch.Tensor:
+    return torch.randint(0, VOCAB, (BATCH, SEQ))
+
+
+def _bert():
+    return transformers.BertModel(transformers.BertConfig(vocab_size=VOCAB, **_SMALL))
+
+
+def _distilbert():
+    config = transformers.DistilBertConfig(
+        vocab_size=VOCAB, n_layers=2, dim=64, n_heads=4, hidden_dim=128
+    )
+    return transformers.DistilBertModel(config)
+
+
+def _roberta():
+    return transformers.RobertaModel(transformers.RobertaConfig(vocab_size=VOCAB + 3, **_SMALL))
+
+
+def _gpt2():
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return transformers.GPT2Model(config)
+
+
+def _t5_encoder():
+    config = transformers.T5Config(
+        vocab_size=VOCAB, num_layers=2, d_model=64, num_heads=4, d_kv=16, d_ff=128
+    )
+    return transformers.T5EncoderModel(config)
+
+
+def _vit():
+    config = transformers.ViTConfig(image_size=32, patch_size=8, **_SMALL)
+    return transformers.ViTModel(config)
+
+
+def _llama_config():
+    return transformers.LlamaConfig(
+        vocab_size=VOCAB, num_key_value_heads=2, max_position_embeddings=64, **_SMALL
+    )
+
+
+def _llama():
+    return transformers.LlamaModel(_llama_config())
+
+
+def _llama_lm():
+    return transformers.LlamaForCausalLM(_llama_config())
+
+
+MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], tuple]]] = {
+    "bert": (_bert, lambda: (_ids(),)),
+    "distilbert": (_distilbert, lambda: (_ids(),)),
+    "roberta": (_roberta, lambda: (_ids() + 3,)),  # ids 0-2 are special (padding is 1)
+    "gpt2": (_gpt2, lambda: (_ids(),)),
+    "t5_encoder": (_t5_encoder, lambda: (_ids(),)),
+    "vit": (_vit, lambda: (torch.randn(BATCH, 3, 32, 32),)),
+    "llama": (_llama, lambda: (_ids(),)),
+    "llama_causal_lm": (_llama_lm, lambda: (_ids(),)),
+}
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """Every tensor of a model's output, in order: ModelOutput fields, and the keys and values
+    of a cache."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, transformers.utils.ModelOutput):
+        return _tensors(value.to_tuple())
+    if isinstance(value, transformers.cache_utils.Cache):
+        return [t for layer in value.layers for t in (layer.keys, layer.values)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _assert_same_output(eager, compiled) -> None:
+    assert type(compiled) is type(eager)
+    assert list(compiled.keys()) == list(eager.keys())
+    expected, got = _tensors(eager), _tensors(compiled)
+    assert len(got) == len(expected)
+    for e, c in zip(expected, got):
+        torch.testing.assert_close(c, e, atol=1e-4, rtol=1e-4)
+
+
+def _graphs(compiled) -> int:
+    return sum(e.graph is not None for f in compiler.inspect(compiled).functions for e in f.entries)
+
+
+def _check(name: str, backend: str, train: bool) -> None:
+    make, inputs = MODELS[name]
+    torch.manual_seed(0)
+    eager = make().train(train)
+    explained = compiler.explain(copy.deepcopy(eager))(*inputs())
+    reasons = [b.reason for b in explained.break_reasons]
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
+    compiler.reset()
+    compiled = compiler.compile(copy.deepcopy(eager), backend=backend)
+    for _ in range(2):  # the second call, on new inputs, reuses the first call's graph
+        args = inputs()
+        torch.manual_seed(1)  # the same dropout masks in training
+        expected = eager(*args)
+        torch.manual_seed(1)
+        got = compiled(*args)
+        _assert_same_output(expected, got)
+        if train:
+            sum(t.sum() for t in _tensors(expected) if t.requires_grad).backward()
+            sum(t.sum() for t in _tensors(got) if t.requires_grad).backward()
+            for (pname, p), q in zip(eager.named_parameters(), compiled.parameters()):
+                if p.grad is None:
+                    assert q.grad is None, pname
+                else:
+                    torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-3, msg=pname)
+            eager.zero_grad()
+            compiled.zero_grad()
+    assert _graphs(compiled) == 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_eval(name, backend):
+    with torch.no_grad():
+        _check(name, backend, train=False)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_train_forward_backward(name):
+    _check(name, "eager", train=True)
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_train_forward_backward_inductor(name):
+    _check(name, "inductor", train=True)
+
+
+# torch 2.11's matmul of a broadcast batch (Llama's rotary embedding, `inv_freq @ positions`)
+# needs the symbolic length's value under fake tensors; 2.14's does not. On 2.11 each new
+# length recompiles (with eager's results).
+_MATMUL_SPECIALISES = tuple(map(int, torch.__version__.split(".")[:2])) < (2, 14)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bert",
+        "gpt2",
+        pytest.param(
+            "llama",
+            marks=pytest.mark.xfail(
+                _MATMUL_SPECIALISES, reason="torch < 2.14 specialises a batched matmul's size"
+            ),
+        ),
+    ],
+)
+def test_new_sequence_lengths_share_one_dynamic_graph(name):
+    """A second sequence length recompiles once with a symbolic length (as torch.compile's
+    automatic dynamic shapes do); the third reuses that graph."""
+    make, _ = MODELS[name]
+    torch.manual_seed(0)
+    eager = make().eval()
+    compiled = compiler.compile(copy.deepcopy(eager), backend="eager")
+    with torch.no_grad():
+        for seq in (SEQ, SEQ + 8, SEQ + 16):
+            ids = torch.randint(0, VOCAB, (BATCH, seq))
+            _assert_same_output(eager(ids), compiled(ids))
+    entries = [e for f in compiler.inspect(compiled).functions for e in f.entries]
+    assert len(entries) == 2 and all(e.graph_break is None for e in entries)

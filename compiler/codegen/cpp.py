@@ -84,6 +84,12 @@ def _comment(text: str) -> str:
     return " ".join(text.split())
 
 
+def _comment_line(line: str, limit: int = 200) -> str:
+    """A `//` comment line that stays one line: a trailing backslash (a user line continued
+    with `\\`) would splice the next line of C++ into the comment."""
+    return re.sub(r"[\s\\]+$", "", line[:limit])
+
+
 class _KernelWriter:
     def __init__(self, group: KernelGroup, schedule: Schedule) -> None:
         self.group = group
@@ -264,7 +270,7 @@ class _KernelWriter:
                 continue
             seen.add(where)
             text = _comment(getattr(line, "text", ""))
-            out.append(f"//   {where}: {text}"[:200])
+            out.append(_comment_line(f"//   {where}: {text}"))
         return out
 
     def _pointwise(self) -> None:

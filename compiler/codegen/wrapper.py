@@ -90,7 +90,9 @@ def _extern_lines(call: ExternCall, layouts: dict[str, Layout]) -> list[str]:
         lines = [f"{outs[0]} = {text}"]
     else:
         lines = (
-            [f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = tensors({text})"]
+            [
+                f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = tensors({text}, {node.positions!r})"
+            ]
             if outs
             else [text]
         )

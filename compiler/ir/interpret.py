@@ -27,6 +27,7 @@ from compiler.ir.nodes import (
     address,
     iter_values,
 )
+from compiler.runtime.support import tensors
 
 OP_IMPLS = {
     "add": torch.add,
@@ -190,9 +191,7 @@ def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
 
             op = _resolve(node.op)
             out = op(*tree_map(arg, node.args), **{k: tree_map(arg, v) for k, v in node.kwargs})
-            outs = out if isinstance(out, (tuple, list)) else (out,)
-            tensors = [t for t in outs if isinstance(t, torch.Tensor)]
-            for (name, _), t in zip(node.outputs, tensors):
+            for (name, _), t in zip(node.outputs, tensors(out, node.positions)):
                 buffers[name] = t
             continue
         lay = node.layout

@@ -346,6 +346,10 @@ class ExternKernel:
     outputs: tuple[tuple[str, Layout], ...]  # (buffer name, layout it must have)
     origins: tuple[str, ...] = ()
     aten: str = ""
+    # Where each output sits in the op's result flattened with its Nones kept
+    # (compiler.runtime.support.flat_result): eager may return None where the meta function
+    # returns an empty tensor (_native_multi_head_attention's weights without need_weights).
+    positions: tuple[int, ...] = ()
 
 
 Node = Union[Pointwise, Reduction, ExternKernel]

@@ -36,6 +36,7 @@ from compiler.ir.nodes import (
     Value,
     loads,
 )
+from compiler.runtime.support import flat_result
 
 Loader = Callable[[tuple], Value]
 
@@ -290,6 +291,7 @@ class LoweringContext:
                 values.append(self.buffer_value(name, layout))
             else:
                 values.append(v)
+        positions = tuple(i for i, v in enumerate(flat_result(val)) if isinstance(v, torch.Tensor))
         node = ExternKernel(
             self.new_name(),
             _op_name(op),
@@ -298,6 +300,7 @@ class LoweringContext:
             tuple(outputs),
             self.origins,
             self.aten_name,
+            positions,
         )
         self.nodes.append(node)
         if note:

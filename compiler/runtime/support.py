@@ -55,9 +55,14 @@ def reinterpret(
     return t.as_strided(size, stride, t.storage_offset() + offset)
 
 
-def ensure_layout(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+def ensure_layout(
+    t: torch.Tensor | None, size: Sequence[int], stride: Sequence[int]
+) -> torch.Tensor | None:
     """An extern kernel's result in the layout our kernels were generated for (aten may pick
-    another memory format than its meta function promised; then copy once)."""
+    another memory format than its meta function promised; then copy once). None stays None:
+    an output eager leaves undefined, which nothing after it reads."""
+    if t is None:
+        return None
     if tuple(t.shape) == tuple(size) and (t.numel() <= 1 or _same_strides(t, size, stride)):
         return t
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
@@ -69,9 +74,15 @@ def _same_strides(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -
     return all(s == 1 or a == b for s, a, b in zip(size, t.stride(), stride))
 
 
-def tensors(result: Any) -> list[torch.Tensor]:
-    """The tensors of an aten op's result, flattened in order."""
-    from torch.utils._pytree import tree_flatten
+def flat_result(result: Any) -> list[Any]:
+    """An aten op's result flattened in order, Nones kept (pytree would drop them)."""
+    if isinstance(result, (tuple, list)):
+        return [x for item in result for x in flat_result(item)]
+    return [result]
 
-    flat, _ = tree_flatten(result)
-    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+def tensors(result: Any, positions: Sequence[int]) -> list[torch.Tensor | None]:
+    """The outputs of an aten op's result at `positions` of `flat_result` (where its meta
+    function returned tensors)."""
+    flat = flat_result(result)
+    return [flat[i] for i in positions]

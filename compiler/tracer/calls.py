@@ -20,6 +20,7 @@ from compiler.tracer.operations import (
     as_dict,
     describe,
     dict_key,
+    module_method,
     mutable_dict,
     mutable_list,
     unpack_iterable,
@@ -319,6 +320,8 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
         return ConstVar(None)
     if isinstance(obj, TupleVar) and name in ("index", "count"):
         return builtin_fns.fold(tx, getattr(tuple(as_python_constant(obj)), name), args, kwargs)
+    if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module):
+        return module_method(tx, obj, name, args, kwargs)
     raise Break(f"method {name!r} of {describe(obj)} is not traced")
 
 

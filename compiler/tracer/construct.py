@@ -19,6 +19,7 @@ from compiler.tracer.operations import (
 from compiler.tracer.variables import (
     ExceptionVar,
     FunctionVar,
+    GradModeVar,
     ObjVar,
     PartialVar,
     TupleVar,
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     cls = cls_var.value
+    if isinstance(cls, type) and issubclass(cls, torch.amp.autocast):
+        return _autocast(cls, args, kwargs)
     if cls is torch.Size:
         return TupleVar(list(unpack_iterable(tx, args[0])) if args else [], cls=torch.Size)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
@@ -72,6 +75,22 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
             raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
         return obj
     raise Break(f"constructing a {cls.__qualname__} runs in Python")
+
+
+def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`torch.autocast(..., enabled=False)` while autocast is off (every entry guards that)
+    changes nothing: a context that keeps the grad mode. timm's efficientvit computes its
+    attention under one. Autocast switched on runs in Python."""
+    if not all(is_python_constant(v) for v in (*args, *kwargs.values())):
+        raise Break("torch.autocast with traced arguments runs in Python")
+    bound = inspect.signature(cls.__init__).bind(
+        None, *[as_python_constant(a) for a in args],
+        **{k: as_python_constant(v) for k, v in kwargs.items()},
+    )  # fmt: skip
+    bound.apply_defaults()
+    if bound.arguments.get("enabled") is False and not torch._C._is_any_autocast_enabled():
+        return GradModeVar(None)
+    raise Break("torch.autocast that switches autocast on or off runs in Python")
 
 
 def is_skipped_module(module: str) -> bool:

@@ -116,7 +116,8 @@ class ExceptionOpcodes:
         if isinstance(ctx, GradModeVar):
             frame.stack.pop()
             prev = self.builder.grad_enabled if ctx.prev is None else ctx.prev
-            self.builder.set_grad_enabled(ctx.enabled)
+            if ctx.enabled is not None:
+                self.builder.set_grad_enabled(ctx.enabled)
             self.push(frame, GradExitVar(prev))
             self.push(frame, ConstVar(None))
             return

@@ -126,9 +126,13 @@ _FUNCTION_CONSTANTS = ("__code__", "__name__", "__qualname__", "__module__", "__
 
 
 def _function_attr(tx: Tracer, fn: FunctionVar, name: str) -> Var:
+    if name == "__class__":
+        return ObjVar(types.FunctionType)
     if fn.fn is None:  # made in the trace by MAKE_FUNCTION
         if name in ("__name__", "__qualname__"):
             return ConstVar(fn.name or fn.code.co_name)
+        if name == "__module__":  # torchvision's _log_api_usage_once(fn) names its module
+            return ConstVar(fn.get_globals().get("__name__"))
         if name == "__code__":
             return ObjVar(fn.code)
         raise Break(f"attribute {name!r} of a function made while tracing")
@@ -176,7 +180,38 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     attr = inspect.getattr_static(type(mod), name, _MISSING)
     if attr is _MISSING:
         raise Break(f"{type(mod).__name__} has no attribute {name!r}")
+    if name in MODULE_METHODS and attr is getattr(torch.nn.Module, name) and src is not None:
+        return AttrCallVar(mod_var, name)  # called through module_method below
     return _class_attr(tx, mod_var, type(mod), name, attr)
+
+
+def _named_children(tx: Tracer, mod_var: ObjVar) -> list[tuple[str, Var]]:
+    """nn.Module.named_children without running its generator (it dedupes through a set of
+    modules): each child read from `_modules[name]`, under a guard on the names."""
+    modules = mod_var.value._modules
+    tx.guards.dict_keys(f"{mod_var.source}._modules", modules)
+    seen: set[int] = set()
+    out = []
+    for key, child in modules.items():
+        if child is not None and id(child) not in seen:
+            seen.add(id(child))
+            out.append((key, wrap(tx, child, f"{mod_var.source}._modules[{key!r}]")))
+    return out
+
+
+MODULE_METHODS: dict[str, Callable[[Tracer, ObjVar], Var]] = {
+    # timm's RegStage: `for block in self.children(): x = block(x)`
+    "children": lambda tx, m: IteratorVar([v for _, v in _named_children(tx, m)]),
+    "named_children": lambda tx, m: IteratorVar(
+        [TupleVar([ConstVar(k), v]) for k, v in _named_children(tx, m)]
+    ),
+}
+
+
+def module_method(tx: Tracer, mod_var: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:
+    if args or kwargs:
+        raise Break(f"nn.Module.{name} with arguments is not traced")
+    return MODULE_METHODS[name](tx, mod_var)
 
 
 _MISSING = object()

@@ -139,9 +139,11 @@ class IteratorVar(Var):
 
 @dataclass(eq=False)
 class GradModeVar(Var):
-    """`torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(b)` as a context."""
+    """`torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(b)` as a context;
+    `enabled=None` keeps the grad mode (a context that changes nothing, such as
+    `torch.autocast(..., enabled=False)` where autocast is off)."""
 
-    enabled: bool
+    enabled: bool | None
     prev: bool | None = None  # set_grad_enabled applies at the call: the mode to restore
 
 

@@ -110,6 +110,31 @@ def test_unlowered_op_runs_as_extern_with_note():
     assert record.fallback is None
 
 
+@pytest.mark.parametrize("emitter", ["triton", "cpp"])
+def test_extern_output_that_eager_leaves_undefined(emitter, monkeypatch):
+    # _native_multi_head_attention without need_weights: eager returns None for the weights
+    # where the meta function returns an empty tensor; outputs are matched by position.
+    monkeypatch.setenv("COMPILER_CPU_EMITTER", emitter)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    w, b, ow, ob = (
+        p.detach() for p in (mha.in_proj_weight, mha.in_proj_bias, *mha.out_proj.parameters())
+    )
+
+    def fn(x):
+        out, _ = torch.ops.aten._native_multi_head_attention(
+            x, x, x, 8, 2, w, b, ow, ob, None, False
+        )
+        return (out.relu(),)
+
+    gm = torch.fx.symbolic_trace(fn)
+    x = rand(2, 3, 8)
+    with torch.no_grad():
+        out, record, _ = compile_and_run(gm, x)
+        torch.testing.assert_close(out[0], fn(x)[0])
+    assert record.fallback is None
+    assert any("_native_multi_head_attention" in k.source for k in record.kernels)
+
+
 def test_autograd_graphs_compile_a_backward():
     gm = torch.fx.symbolic_trace(lambda x: (x.sin() * 2,))
     x = rand(3).requires_grad_()

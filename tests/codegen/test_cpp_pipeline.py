@@ -224,3 +224,22 @@ def test_kernel_headers_name_fx_nodes():
     source = EMITTER.emit_kernel(sched.kernels[0], sched).source
     if sched.kernels[0].origins:
         assert "fused FX nodes:" in source
+
+
+def _continued(x, y):
+    return torch.relu(x) * 2 + \
+        torch.sin(y)  # fmt: skip
+
+
+def test_kernel_header_of_a_continued_line_stays_a_comment(monkeypatch):
+    # The header quotes the user's line; one ending in `\` spliced the kernel's signature into
+    # the `//` comment (timm's poolformer: `x = self.res_scale1(x) + \`).
+    import compiler
+
+    monkeypatch.setenv("COMPILER_STRICT", "1")
+    compiled_fn = compiler.compile(_continued, fullgraph=True)
+    x, y = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(compiled_fn(x, y), _continued(x, y))
+    sources = [k.source for k in compiler.inspect(compiled_fn).kernels if k.language == "cpp"]
+    assert sources and any("test_cpp_pipeline.py" in s for s in sources)
+    assert not [ln for s in sources for ln in s.splitlines() if ln.rstrip().endswith("\\")]

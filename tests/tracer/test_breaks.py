@@ -152,6 +152,15 @@ def unknown_c_function(x):
     return y * k
 
 
+@case(T(4), graphs=2, breaks=1)
+def unknown_c_function_with_keywords(x):
+    y = x + 1
+    # The call the graph breaks at runs for real with its keyword names (they were set by
+    # the KW_NAMES inside the graph's region): `value` must not become the first positional.
+    k = int.from_bytes(b"\x01\x02", byteorder="little", signed=True)
+    return y * k
+
+
 # ---- continuation and nesting -----------------------------------------------------------
 
 
@@ -437,3 +446,26 @@ def test_callee_of_a_break_is_compiled_too():
     assert backend.count >= 3, backend.count
     names = [f.name for f in compiler.inspect(cf).functions]
     assert "_inner_breaks" in names, names
+
+
+def _autocast_off(x):
+    y = x + 1
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        z = y @ y.t()
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        w = y * 3  # the grad mode inside is no_grad's
+    return z, w
+
+
+def test_autocast_disabled_while_off_is_no_break():
+    # timm's efficientvit computes attention under torch.autocast(..., enabled=False).
+    check(_autocast_off, T(3, 3, grad=True), graphs=1, breaks=0)
+
+
+def test_autocast_disabled_inside_autocast_breaks_and_matches_eager():
+    compiled = compiler.compile(_autocast_off)
+    x = torch.randn(3, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, got = _autocast_off(x), compiled(x)
+    assert_same(expected, got)
+    assert compiler.inspect(compiled).entries[0].graph_break is not None

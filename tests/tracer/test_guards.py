@@ -687,6 +687,38 @@ def test_guards_are_recorded_as_runnable_python():
     compile(entry.guard_source, "<guards>", "exec")  # straight-line Python that parses
 
 
+def test_enum_member_attribute_guarded_by_equality():
+    # A str/int Enum member is an instance of str/int, but its repr is not Python source:
+    # the guard must compare it by reference (timm's PatchEmbed.output_fmt).
+    import enum
+
+    class Fmt(str, enum.Enum):
+        NCHW = "NCHW"
+        NHWC = "NHWC"
+
+    class Level(enum.IntEnum):
+        LOW = 1
+        HIGH = 2
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fmt, self.level = Fmt.NHWC, Level.LOW
+
+        def forward(self, x):
+            if self.fmt == Fmt.NHWC:
+                x = x.permute(0, 2, 3, 1)
+            return x * self.level
+
+    m = M()
+    compiled = compiler.compile(m, fullgraph=True)
+    x = torch.randn(2, 3, 4, 5)
+    call_both(m, compiled, x)
+    m.fmt, m.level = Fmt.NCHW, Level.HIGH
+    call_both(m, compiled, x)
+    assert_recompiled(compiled, 2)
+
+
 def test_recompile_limit_warning_is_one_short_line():
     """A failing guard on a module names it by class: its repr (every layer) stays out."""
 

@@ -315,3 +315,24 @@ def test_module_passed_as_argument():
         return m(x) + 1
 
     check(f, mlp, T(3, 8), graphs=1, breaks=0)
+
+
+class ChildrenLoop(nn.Module):
+    """timm's RegStage: the blocks run by iterating the module's own children."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.act = nn.Linear(8, 8), nn.ReLU()
+        self.again = self.a  # the same module twice: children() yields it once
+        self.register_module("missing", None)  # skipped
+
+    def forward(self, x):
+        for block in self.children():
+            x = block(x)
+        for name, block in self.named_children():
+            x = block(x) * len(name)
+        return x
+
+
+def test_module_children_and_named_children():
+    check_module(ChildrenLoop, T(3, 8), graphs=1, breaks=0)

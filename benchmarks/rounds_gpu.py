@@ -26,19 +26,7 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 import compiler  # noqa: E402
-from benchmarks.codegen_gpu import WORKLOADS  # noqa: E402
-
-
-def per_call_ms(fn: Callable[[], Any], iters: int) -> float:
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from benchmarks.codegen_gpu import WORKLOADS, median_ms  # noqa: E402
 
 
 def main() -> None:
@@ -63,7 +51,7 @@ def main() -> None:
             rounds: dict[str, list[float]] = {label: [] for label in configs}
             for _ in range(args.rounds):
                 for label, f in configs.items():
-                    rounds[label].append(per_call_ms(lambda f=f, a=inputs: f(*a), args.iters))
+                    rounds[label].append(median_ms(lambda f=f, a=inputs: f(*a), args.iters, warmup=0))
         print(f"== {title}: median over {args.rounds} rounds of the median of {args.iters} calls")
         for label, ms in rounds.items():
             line = f"   {label:24s} {statistics.median(ms):7.3f} ms  (rounds {min(ms):.3f}-{max(ms):.3f})"

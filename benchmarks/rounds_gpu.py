@@ -18,7 +18,7 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -51,7 +51,9 @@ def main() -> None:
             rounds: dict[str, list[float]] = {label: [] for label in configs}
             for _ in range(args.rounds):
                 for label, f in configs.items():
-                    rounds[label].append(median_ms(lambda f=f, a=inputs: f(*a), args.iters, warmup=0))
+                    rounds[label].append(
+                        median_ms(lambda f=f, a=inputs: f(*a), args.iters, warmup=0)
+                    )
         print(f"== {title}: median over {args.rounds} rounds of the median of {args.iters} calls")
         for label, ms in rounds.items():
             line = f"   {label:24s} {statistics.median(ms):7.3f} ms  (rounds {min(ms):.3f}-{max(ms):.3f})"

@@ -22,10 +22,12 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # holds the `compiler` package
+DEADLINE_S = 300.0  # for one batch; a kernel takes well under a second
 
 # The worker: `compiler` and `compiler.runtime` stand in as bare packages, so a kernel module's
 # `from compiler.runtime import triton_helpers` imports only that module (the package's
@@ -140,11 +142,21 @@ class Pool:
                 return
 
         with self.lock:
-            threads = [threading.Thread(target=serve, args=(w,)) for w in range(len(self.procs))]
+            threads = [
+                threading.Thread(target=serve, args=(w,), daemon=True)
+                for w in range(len(self.procs))
+            ]
             for t in threads:
                 t.start()
+            deadline = time.monotonic() + DEADLINE_S
             for t in threads:
-                t.join()
+                t.join(max(deadline - time.monotonic(), 0))
+            if any(t.is_alive() for t in threads):
+                # A worker stuck in a compile: end them all (their readers then see the pipes
+                # close); what they had not answered, the parent compiles.
+                self.close()
+                for t in threads:
+                    t.join()
         return results
 
     def close(self) -> None:

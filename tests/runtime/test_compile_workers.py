@@ -5,6 +5,7 @@ serve comes back as an error, never a hang."""
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
@@ -93,3 +94,14 @@ def test_dead_workers_leave_requests_to_the_parent(kernel_file):
         str(kernel_file), "k", "triton_poi_fused_sin", _spec(), ("cuda", 90, 32)
     )
     assert pool.compile_all([request]) == ["not compiled by a worker"]
+
+
+def test_a_stuck_worker_is_ended_and_its_request_left_to_the_parent(kernel_file, monkeypatch):
+    monkeypatch.setattr(compile_workers, "DEADLINE_S", 0.5)
+    pool = compile_workers.Pool(1)
+    pool.procs[0].send_signal(signal.SIGSTOP)  # alive, never answering
+    request = compile_workers.Request(
+        str(kernel_file), "k", "triton_poi_fused_sin", _spec(), ("cuda", 90, 32)
+    )
+    assert pool.compile_all([request]) == ["not compiled by a worker"]
+    assert pool.procs[0].wait(timeout=10) is not None  # ended, not left behind

@@ -62,11 +62,17 @@ def explain_records(functions: list[FunctionRecord]) -> ExplainOutput:
     graphs = [e.graph for e in entries if e.graph is not None]
     breaks = _distinct_breaks(entries)
     ops = [
-        [_op_name(n) for n in g.graph_module.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+        [
+            _op_name(n)
+            for n in g.graph_module.graph.nodes
+            if n.op in ("call_function", "call_method", "call_module")
+        ]
         for g in graphs
     ]
     guards = [g for e in entries for g in e.guards]
-    times = ", ".join(f"{e.function}:{e.start_line} {e.compile_time_s * 1000:.1f} ms" for e in entries)
+    times = ", ".join(
+        f"{e.function}:{e.start_line} {e.compile_time_s * 1000:.1f} ms" for e in entries
+    )
     return ExplainOutput(
         graphs=[g.graph_module for g in graphs],
         graph_count=len(graphs),
@@ -109,5 +115,7 @@ def _op_name(node: torch.fx.Node) -> str:
     if module in ("_operator", "operator"):
         return f"operator.{name}"
     if module.startswith("torch"):
-        return f"{module.replace('torch._C._nn', 'torch.nn.functional').replace('torch._C._VariableFunctions', 'torch')}.{name}".replace("torch._C", "torch")
+        return f"{module.replace('torch._C._nn', 'torch.nn.functional').replace('torch._C._VariableFunctions', 'torch')}.{name}".replace(
+            "torch._C", "torch"
+        )
     return name

@@ -182,7 +182,9 @@ def describe(
             continue
         if ref in owners:
             offset = leaf.storage_offset()
-            infos.append(OutputInfo(True, False, *layout, view_of_output=owners[ref], offset=offset))
+            infos.append(
+                OutputInfo(True, False, *layout, view_of_output=owners[ref], offset=offset)
+            )
             continue
         if ref in seen:
             raise JointError("two outputs share memory and neither holds all of it")

@@ -117,7 +117,9 @@ def decode(code: types.CodeType) -> Code:
             target = by_offset.get(ins.argval)
         positions = getattr(ins, "positions", None)
         line = positions.lineno if positions is not None and positions.lineno else lineno
-        instructions.append(Instr(i, ins.opname, ins.arg, ins.argval, ins.argrepr, ins.offset, line, target))
+        instructions.append(
+            Instr(i, ins.opname, ins.arg, ins.argval, ins.argrepr, ins.offset, line, target)
+        )
     start = 0
     while start < len(instructions) and instructions[start].opname in (
         "MAKE_CELL",
@@ -174,7 +176,9 @@ def _handlers(code: types.CodeType, by_offset: dict[int, int], count: int) -> li
     offsets = sorted(by_offset)
     for start, end, target, depth, lasti in _table_entries(code.co_exceptiontable):
         handler = Handler(by_offset[target], depth, lasti)
-        for offset in offsets[bisect.bisect_left(offsets, start) : bisect.bisect_left(offsets, end)]:
+        for offset in offsets[
+            bisect.bisect_left(offsets, start) : bisect.bisect_left(offsets, end)
+        ]:
             if handlers[by_offset[offset]] is None:
                 handlers[by_offset[offset]] = handler
     return handlers
@@ -190,7 +194,9 @@ def _table_entries(table: bytes) -> list[tuple[int, int, int, int, bool]]:
             value, pos = _varint(table, pos)
             fields.append(value)
         start, length, target, depth_lasti = fields
-        entries.append((2 * start, 2 * (start + length), 2 * target, depth_lasti >> 1, bool(depth_lasti & 1)))
+        entries.append(
+            (2 * start, 2 * (start + length), 2 * target, depth_lasti >> 1, bool(depth_lasti & 1))
+        )
     return entries
 
 

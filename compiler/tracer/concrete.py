@@ -156,7 +156,9 @@ def _load_global(f, ins, call_real):
 def _load_fast(f, ins, call_real):
     name = ins.argval
     if name not in f.locals:
-        raise UnboundLocalError(f"cannot access local variable {name!r} where it is not associated with a value")
+        raise UnboundLocalError(
+            f"cannot access local variable {name!r} where it is not associated with a value"
+        )
     f.stack.append(f.locals[name])
 
 
@@ -219,7 +221,11 @@ def _make_function(f, ins, call_real):
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
     if annotations:
-        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2])) if isinstance(annotations, tuple) else annotations
+        fn.__annotations__ = (
+            dict(zip(annotations[::2], annotations[1::2]))
+            if isinstance(annotations, tuple)
+            else annotations
+        )
     fn.__qualname__ = code.co_qualname
     f.stack.append(fn)
 
@@ -274,7 +280,11 @@ def _compare_op(f, ins, call_real):
 def _unpack_sequence(f, ins, call_real):
     items = list(f.stack.pop())
     if len(items) != ins.arg:
-        raise ValueError(f"too many values to unpack (expected {ins.arg})" if len(items) > ins.arg else f"not enough values to unpack (expected {ins.arg}, got {len(items)})")
+        raise ValueError(
+            f"too many values to unpack (expected {ins.arg})"
+            if len(items) > ins.arg
+            else f"not enough values to unpack (expected {ins.arg}, got {len(items)})"
+        )
     f.stack.extend(reversed(items))
 
 
@@ -282,7 +292,9 @@ def _unpack_ex(f, ins, call_real):
     items = list(f.stack.pop())
     before, after = ins.arg & 0xFF, ins.arg >> 8
     if len(items) < before + after:
-        raise ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})")
+        raise ValueError(
+            f"not enough values to unpack (expected at least {before + after}, got {len(items)})"
+        )
     ordered = items[:before] + [items[before : len(items) - after]] + items[len(items) - after :]
     f.stack.extend(reversed(ordered))
 
@@ -373,7 +385,9 @@ def _load_deref(f, ins, call_real):
     try:
         f.stack.append(f.cells[ins.argval].cell_contents)
     except ValueError:
-        raise NameError(f"cannot access free variable {ins.argval!r} where it is not associated with a value") from None
+        raise NameError(
+            f"cannot access free variable {ins.argval!r} where it is not associated with a value"
+        ) from None
 
 
 def _store_deref(f, ins, call_real):

@@ -104,7 +104,9 @@ class CompileContext:
             )
             state = CodeState(decoded, record)
             if decoded.is_generator and not decoded.unsupported:
-                decoded_reason = "generator functions run eagerly (they are traced only when inlined)"
+                decoded_reason = (
+                    "generator functions run eagerly (they are traced only when inlined)"
+                )
                 state.native = decoded_reason
                 record.warnings.append(decoded_reason)
             if decoded.unsupported:
@@ -137,7 +139,9 @@ def _source_of(fn: types.FunctionType) -> str:
 # ---- running a function --------------------------------------------------------------------
 
 
-def run_function(ctx: CompileContext, fn: types.FunctionType, args: tuple | list, kwargs: dict) -> Any:
+def run_function(
+    ctx: CompileContext, fn: types.FunctionType, args: tuple | list, kwargs: dict
+) -> Any:
     if controls.stance() == "force_eager":
         return fn(*args, **kwargs)
     disabled = controls.disabled_mark(fn)
@@ -149,7 +153,9 @@ def run_function(ctx: CompileContext, fn: types.FunctionType, args: tuple | list
     return run_frame(ctx, state, _real_frame(fn, state.code, args, kwargs))
 
 
-def _real_frame(fn: types.FunctionType, decoded: Code, args: tuple | list, kwargs: dict) -> RealFrame:
+def _real_frame(
+    fn: types.FunctionType, decoded: Code, args: tuple | list, kwargs: dict
+) -> RealFrame:
     code = fn.__code__
     bound = _bind(fn, args, kwargs)
     cells: dict[str, Any] = {}
@@ -163,7 +169,9 @@ def _real_frame(fn: types.FunctionType, decoded: Code, args: tuple | list, kwarg
     return RealFrame(decoded, fn.__globals__, bound, cells, [], decoded.start, fn_name=code.co_name)
 
 
-def _run_disabled(ctx: CompileContext, mark: controls.Mark, args: tuple | list, kwargs: dict) -> Any:
+def _run_disabled(
+    ctx: CompileContext, mark: controls.Mark, args: tuple | list, kwargs: dict
+) -> Any:
     """A function under compiler.disable, called from compiled code (or compiled itself): it
     runs eagerly. With recursive=True that is a plain call (nothing it calls is compiled);
     with recursive=False its frame runs instruction by instruction here, so the calls it makes
@@ -320,7 +328,9 @@ def _compilable(target: Any, args: list) -> tuple[types.FunctionType | None, lis
         ):  # fmt: skip
             return None, args
         forward = type(target).forward
-        if isinstance(forward, types.FunctionType) and not getattr(forward, "_compiled_forward", False):
+        if isinstance(forward, types.FunctionType) and not getattr(
+            forward, "_compiled_forward", False
+        ):
             return forward, [target, *args]
     return None, args
 
@@ -328,7 +338,9 @@ def _compilable(target: Any, args: list) -> tuple[types.FunctionType | None, lis
 # ---- compiling an entry --------------------------------------------------------------------
 
 
-def _compile_entry(ctx: CompileContext, state: CodeState, frame: RealFrame, L: dict) -> Entry | None:
+def _compile_entry(
+    ctx: CompileContext, state: CodeState, frame: RealFrame, L: dict
+) -> Entry | None:
     record = state.record
     pc = frame.pc
     if controls.stance() == "force_eager":  # set while this frame ran: the rest runs eagerly
@@ -413,7 +425,9 @@ def _log_entry(entry: EntryRecord) -> None:
     if not config.verbose:
         return
     graph = f"a graph of {entry.graph.op_count} ops" if entry.graph is not None else "no graph"
-    parts = [f"compiled {entry.function} from line {entry.start_line}: {graph}, {len(entry.guards)} guards"]
+    parts = [
+        f"compiled {entry.function} from line {entry.start_line}: {graph}, {len(entry.guards)} guards"
+    ]
     if entry.recompile_reason:
         parts.append(f"recompiled because: {entry.recompile_reason}")
     if entry.graph_break is not None:
@@ -422,7 +436,9 @@ def _log_entry(entry: EntryRecord) -> None:
     config.log("\n    ".join(parts))
 
 
-def _trace(state: CodeState, frame: RealFrame, L: dict, policy: DynamicPolicy) -> tuple[TraceResult, Tracer]:
+def _trace(
+    state: CodeState, frame: RealFrame, L: dict, policy: DynamicPolicy
+) -> tuple[TraceResult, Tracer]:
     break_at = None
     constants: list = []  # assume_constant_result calls, made once across restarts
     for _ in range(4):
@@ -523,7 +539,16 @@ def _build_entry(
     rerun = tracer.covered and not _has_effects(gm)
     kw_names = end_frame.kw_names if result.kind == "break" else None
     return Entry(
-        guards, fetch, graph_fn, rebuild, result.kind, break_pc, end_grad, entry_record, rerun, kw_names
+        guards,
+        fetch,
+        graph_fn,
+        rebuild,
+        result.kind,
+        break_pc,
+        end_grad,
+        entry_record,
+        rerun,
+        kw_names,
     )
 
 
@@ -538,13 +563,17 @@ def _has_effects(gm: torch.fx.GraphModule) -> bool:
     )
 
 
-def _run_backend(ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list, record: GraphRecord) -> Callable:
+def _run_backend(
+    ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list, record: GraphRecord
+) -> Callable:
     start = time.perf_counter()
     try:
         with records.compiling_graph(record):
             compiled = ctx.config.backend(gm, example_inputs)
         if not callable(compiled):
-            raise TypeError(f"backend {ctx.config.backend_name!r} returned {type(compiled).__name__}, not a callable")
+            raise TypeError(
+                f"backend {ctx.config.backend_name!r} returned {type(compiled).__name__}, not a callable"
+            )
         # The entry's guards pin every input's metadata: the compiled graph need not check it.
         guarded = getattr(compiled, "for_guarded_inputs", None)
         if guarded is not None:

@@ -89,7 +89,13 @@ class GraphBuilder:
             # One tensor reached twice (f(x, x), a tied weight): one placeholder, and a guard
             # that the two stay the same object (none when it was read from the same source).
             if source != same.source:
-                self.guards.add("ALIAS", source, f"{source} is {same.source}", f"{source} is {same.source}", self.line)
+                self.guards.add(
+                    "ALIAS",
+                    source,
+                    f"{source} is {same.source}",
+                    f"{source} is {same.source}",
+                    self.line,
+                )
             return same
         fake, dynamic = self.shapes.fake_input(self.fake_mode, tensor, source, self.line)
         self.guards.tensor(source, tensor, self.line, shape=not dynamic)
@@ -194,7 +200,9 @@ class GraphBuilder:
                     return getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 return target(*fake_args, **fake_kwargs)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
-            raise Break(f"{_op_name(kind, target)} has a data-dependent output ({type(e).__name__})") from None
+            raise Break(
+                f"{_op_name(kind, target)} has a data-dependent output ({type(e).__name__})"
+            ) from None
         except UnsupportedOperatorException as e:
             raise Break(f"{_op_name(kind, target)} cannot run on fake tensors ({e})") from None
         except Break:
@@ -202,7 +210,9 @@ class GraphBuilder:
         except Exception as e:
             # Most often the user's own error (a shape mismatch): running the op for real
             # raises it exactly as eager does.
-            raise Break(f"{_op_name(kind, target)} raised {type(e).__name__} while tracing: {e}") from None
+            raise Break(
+                f"{_op_name(kind, target)} raised {type(e).__name__} while tracing: {e}"
+            ) from None
         finally:
             _running_fake.reset(token)
 
@@ -251,7 +261,9 @@ class GraphBuilder:
         return torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="CapturedGraph")
 
     def op_count(self) -> int:
-        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+        return sum(
+            1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module")
+        )
 
 
 def _placeholder_name(source: str) -> str:
@@ -302,7 +314,9 @@ def _convert_one(b: GraphBuilder, v: Var) -> tuple[Any, Any]:
     if isinstance(v, SliceVar):
         (start, stop, step), (fa, fb, fc) = _convert(b, [v.start, v.stop, v.step])
         return slice(start, stop, step), slice(fa, fb, fc)
-    if isinstance(v, ObjVar) and isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+    if isinstance(v, ObjVar) and isinstance(
+        v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout)
+    ):
         return v.value, v.value
     raise Break(f"a {type(v).__name__} cannot be passed to a graph op")
 

@@ -63,7 +63,9 @@ class GuardSet:
             self.namespace[name] = obj
         return name
 
-    def add(self, kind: str, source: str, expr: str, description: str, line: SourceLine | None) -> None:
+    def add(
+        self, kind: str, source: str, expr: str, description: str, line: SourceLine | None
+    ) -> None:
         key = (kind, expr)
         if key in self._seen:
             return
@@ -121,27 +123,53 @@ class GuardSet:
     def identity(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
         ref = self._ref(obj, "obj")
         label = getattr(obj, "__qualname__", None) or type(obj).__name__
-        self.add("ID_MATCH", source, f"{source} is {ref}", f"{source} is the same {label} object", line)
+        self.add(
+            "ID_MATCH", source, f"{source} is {ref}", f"{source} is the same {label} object", line
+        )
 
     def type_of(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
         ref = self._ref(type(obj), "type")
-        self.add("TYPE_MATCH", source, f"type({source}) is {ref}", f"{source} is a {type(obj).__name__}", line)
+        self.add(
+            "TYPE_MATCH",
+            source,
+            f"type({source}) is {ref}",
+            f"{source} is a {type(obj).__name__}",
+            line,
+        )
 
     def length(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
         self.type_of(source, obj, line)
-        self.add("LENGTH_CHECK", source, f"len({source}) == {len(obj)}", f"len({source}) == {len(obj)}", line)
+        self.add(
+            "LENGTH_CHECK",
+            source,
+            f"len({source}) == {len(obj)}",
+            f"len({source}) == {len(obj)}",
+            line,
+        )
 
     def dict_keys(self, source: str, obj: dict, line: SourceLine | None = None) -> None:
         self.type_of(source, obj, line)
         keys = list(obj.keys())
         if all(isinstance(k, CONSTANT_TYPES) for k in keys):
-            self.add("DICT_KEYS", source, f"list({source}.keys()) == {keys!r}", f"{source} has keys {keys!r}", line)
+            self.add(
+                "DICT_KEYS",
+                source,
+                f"list({source}.keys()) == {keys!r}",
+                f"{source} has keys {keys!r}",
+                line,
+            )
         else:
             self.length(source, obj, line)
 
     def grad_mode(self, enabled: bool) -> None:
         ref = self._ref(torch.is_grad_enabled, "fn")
-        self.add("GRAD_MODE", "torch.is_grad_enabled()", f"{ref}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}", None)
+        self.add(
+            "GRAD_MODE",
+            "torch.is_grad_enabled()",
+            f"{ref}() is {enabled}",
+            f"grad mode is {'on' if enabled else 'off'}",
+            None,
+        )
 
     def global_state(self) -> None:
         """The default dtype and autocast: a factory's dtype and the casts before a matmul
@@ -149,7 +177,13 @@ class GuardSet:
         another (`x + torch.ones(3)` is float64 after `set_default_dtype(torch.float64)`)."""
         dtype = torch.get_default_dtype()
         get_dtype, dtype_ref = self._ref(torch.get_default_dtype, "fn"), self._ref(dtype, "dtype")
-        self.add("DEFAULT_DTYPE", "torch.get_default_dtype()", f"{get_dtype}() is {dtype_ref}", f"the default dtype is {dtype}", None)
+        self.add(
+            "DEFAULT_DTYPE",
+            "torch.get_default_dtype()",
+            f"{get_dtype}() is {dtype_ref}",
+            f"the default dtype is {dtype}",
+            None,
+        )
         any_autocast = self._ref(torch._C._is_any_autocast_enabled, "fn")
         if not torch._C._is_any_autocast_enabled():
             self.add("AUTOCAST", "autocast", f"not {any_autocast}()", "autocast is off", None)
@@ -157,7 +191,9 @@ class GuardSet:
         state = autocast_state()
         ref, state_ref = self._ref(autocast_state, "fn"), self._ref(state, "state")
         shown = ", ".join(f"{d} {t}" for d, on, t in state if on)
-        self.add("AUTOCAST", "autocast", f"{ref}() == {state_ref}", f"autocast is on ({shown})", None)
+        self.add(
+            "AUTOCAST", "autocast", f"{ref}() == {state_ref}", f"autocast is on ({shown})", None
+        )
 
 
 def autocast_state() -> tuple:
@@ -199,7 +235,11 @@ class CompiledGuards:
         for g in failed[:3]:
             c = by_guard[id(g)]
             got = _value(_value_expr(g.kind, c.source, c.expr), c.needs, self.namespace, env)
-            parts.append(f"{g.description} (value missing)" if got is _MISSING else f"{g.description} (got {short_repr(got)})")
+            parts.append(
+                f"{g.description} (value missing)"
+                if got is _MISSING
+                else f"{g.description} (got {short_repr(got)})"
+            )
         return "; ".join(parts)
 
 
@@ -232,7 +272,9 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     # `python -m compiler.runtime.tensor_guards build` runs the module once
     from compiler.runtime import tensor_guards
 
-    plan = AccessPlan([g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref)
+    plan = AccessPlan(
+        [g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref
+    )
     present = {(g.kind, g.expr) for g in guard_set.guards}
     defined: set[str] = set()
     checks: list[_Check] = []
@@ -254,7 +296,9 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
             flush()
         define(needs, g.user_line)
         checks.append(_Check(g, expr, plan.rewrite(g.source, g.source)[0], needs))
-        where = f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
+        where = (
+            f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
+        )
         lines.append(f"        # {g.description}{where}")
         if in_cpp_now:
             assert local is not None and spec is not None

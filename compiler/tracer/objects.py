@@ -61,7 +61,9 @@ def class_of(obj: Var) -> type | None:
         return obj.cls
     if isinstance(obj, DictVar):
         return obj.cls
-    if isinstance(obj, ObjVar) and not isinstance(obj.value, (type, types.ModuleType, torch.Tensor)):
+    if isinstance(obj, ObjVar) and not isinstance(
+        obj.value, (type, types.ModuleType, torch.Tensor)
+    ):
         return type(obj.value)  # (a tensor subclass's Python dunders are torch's, not traced)
     return None
 

@@ -61,7 +61,12 @@ TENSOR_META = {
     "is_sparse", "is_quantized", "is_meta", "is_mkldnn", "is_complex", "is_nested", "itemsize",
 }  # fmt: skip
 TENSOR_VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
-_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict, torch.nn.ParameterList)
+_CONTAINERS = (
+    torch.nn.ModuleList,
+    torch.nn.Sequential,
+    torch.nn.ModuleDict,
+    torch.nn.ParameterList,
+)
 
 
 def describe(v: Var) -> str:
@@ -238,7 +243,9 @@ def _class_attr(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
         from compiler.tracer.calls import call
 
         return call(tx, FunctionVar(fn=attr.fget), [obj], {})
-    if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
+    if isinstance(
+        attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+    ):
         raise Break(f"builtin method {cls.__name__}.{name} runs in Python")
     value = getattr(obj.value, name) if isinstance(obj, ObjVar) else attr
     return _attr_value(tx, value, src, name)
@@ -249,11 +256,15 @@ def _module_member(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
         value = getattr(mod_var.value, name)
     except AttributeError as e:
         raise raise_python(e) from None
-    if isinstance(value, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)) or callable(value):
+    if isinstance(
+        value, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)
+    ) or callable(value):
         # Module members are looked up again at every call only through the module itself,
         # whose identity is guarded: functions are taken as stable, as TorchDynamo does.
         if isinstance(value, types.FunctionType):
-            return FunctionVar(fn=value, source=f"{mod_var.source}.{name}" if mod_var.source else None)
+            return FunctionVar(
+                fn=value, source=f"{mod_var.source}.{name}" if mod_var.source else None
+            )
         return ObjVar(value, f"{mod_var.source}.{name}" if mod_var.source else None)
     if mod_var.source is None:
         return wrap_unguarded(value)
@@ -329,7 +340,9 @@ def _super_attr(tx: Tracer, sup: SuperVar, name: str) -> Var:
                 from compiler.tracer.calls import call
 
                 return call(tx, FunctionVar(fn=attr.fget), [sup.obj], {})
-            if klass in objects.MAPPING_BASES + (object,) and isinstance(sup.obj, (NewObjectVar, DictVar, ObjVar)):
+            if klass in objects.MAPPING_BASES + (object,) and isinstance(
+                sup.obj, (NewObjectVar, DictVar, ObjVar)
+            ):
                 return AttrCallVar(sup.obj, name)  # object's or dict's own method
             break
     raise Break(f"super().{name} is not traced")
@@ -339,7 +352,9 @@ def delete_attr(tx: Tracer, obj: Var, name: str) -> None:
     if isinstance(obj, NewObjectVar):
         objects.delete_new_object_attr(tx, obj, name)
         return
-    if isinstance(obj, ObjVar) and objects.found(objects.call_dunder(tx, obj, "__delattr__", [ConstVar(name)])):
+    if isinstance(obj, ObjVar) and objects.found(
+        objects.call_dunder(tx, obj, "__delattr__", [ConstVar(name)])
+    ):
         return
     if isinstance(obj, ObjVar) and objects.writable(obj, name):
         objects.write_attr(tx, obj, name, None)
@@ -357,7 +372,11 @@ def store_attr(tx: Tracer, obj: Var, name: str, value: Var) -> None:
         if objects.writable(obj, name):
             objects.write_attr(tx, obj, name, value)
             return
-    if isinstance(obj, ObjVar) and isinstance(obj.value, torch.nn.Module) and isinstance(value, TensorVar):
+    if (
+        isinstance(obj, ObjVar)
+        and isinstance(obj.value, torch.nn.Module)
+        and isinstance(value, TensorVar)
+    ):
         current = module_attr(tx, obj, name) if hasattr(obj.value, name) else None
         if isinstance(current, TensorVar) and current.fake is value.fake:
             return  # `self.count += 1` on a buffer: updated in place, the attribute is unchanged
@@ -516,19 +535,34 @@ def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
         op = _INPLACE_FALLBACK[op]
     if isinstance(a, TensorVar) or isinstance(b, TensorVar):
         if not all(isinstance(x, TensorVar) or is_python_constant(x) for x in (a, b)):
-            raise Break(f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}")
+            raise Break(
+                f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}"
+            )
         return tx.builder.call("call_function", op, [a, b], {})
-    if isinstance(a, (ListVar, TupleVar)) and isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
+    if (
+        isinstance(a, (ListVar, TupleVar))
+        and isinstance(b, (ListVar, TupleVar))
+        and op in (operator.add, operator.iadd)
+    ):
         if op is operator.iadd and isinstance(a, ListVar):
             mutable_list(a).items.extend(b.items)
             return a
         return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
-    if isinstance(a, (ListVar, TupleVar)) and isinstance(b, ConstVar) and op in (operator.mul, operator.imul):
+    if (
+        isinstance(a, (ListVar, TupleVar))
+        and isinstance(b, ConstVar)
+        and op in (operator.mul, operator.imul)
+    ):
         items = a.items * b.value
         return ListVar(items) if isinstance(a, ListVar) else TupleVar(items)
     if isinstance(a, DictVar) and isinstance(b, DictVar) and op in (operator.or_, operator.ior):
         return DictVar({**a.items, **b.items})
-    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, ObjVar) and not isinstance(b, ObjVar):
+    if (
+        is_python_constant(a)
+        and is_python_constant(b)
+        and not isinstance(a, ObjVar)
+        and not isinstance(b, ObjVar)
+    ):
         try:
             return wrap_unguarded(op(as_python_constant(a), as_python_constant(b)))
         except Exception as e:
@@ -583,7 +617,16 @@ def truth(tx: Tracer, v: Var) -> bool:
         value = v.value
         if isinstance(value, _CONTAINERS):
             return len(value) > 0
-        if isinstance(value, (torch.nn.Module, types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType)):
+        if isinstance(
+            value,
+            (
+                torch.nn.Module,
+                types.FunctionType,
+                type,
+                types.ModuleType,
+                types.BuiltinFunctionType,
+            ),
+        ):
             return True
         raise Break(f"truth value of {describe(v)} is not traced")
     if isinstance(v, NewObjectVar):
@@ -659,7 +702,8 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
         if v.fake.dim() == 0:
             raise Break("iteration over a 0-d tensor")
         return [
-            tx.builder.call("call_function", operator.getitem, [v, ConstVar(i)], {}) for i in range(v.fake.shape[0])
+            tx.builder.call("call_function", operator.getitem, [v, ConstVar(i)], {})
+            for i in range(v.fake.shape[0])
         ]
     if isinstance(v, ObjVar) and isinstance(v.value, _CONTAINERS) and v.source is not None:
         if isinstance(v.value, torch.nn.ModuleDict):

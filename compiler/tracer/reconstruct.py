@@ -62,7 +62,9 @@ class Emitter:
     outputs: dict[int, int]  # id(fx node) -> index in O
     lines: list[str] = field(default_factory=list)
     memo: dict[int, str] = field(default_factory=dict)
-    cells: dict[int, str] = field(default_factory=dict)  # id(CellVar) -> expression of its real cell
+    cells: dict[int, str] = field(
+        default_factory=dict
+    )  # id(CellVar) -> expression of its real cell
     # Python computing a symbolic size from the inputs (shapes.Shapes.python_text)
     sym_text: Callable[[Any, Callable], str] | None = None
     _counter: int = 0
@@ -83,7 +85,10 @@ class Emitter:
         if key in self.memo:
             return self.memo[key]
         out = self._expr(v)
-        if isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar, FunctionVar, IteratorVar)) and not v.source:
+        if (
+            isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar, FunctionVar, IteratorVar))
+            and not v.source
+        ):
             out = self.temp(out)  # one object, however often it is referenced
         self.memo[key] = out
         return out
@@ -97,7 +102,9 @@ class Emitter:
             value = v.value
             if self.sym_text is not None and is_symbolic(value):
                 return self.sym_text(value, self.ref)
-            if type(value) in _SIMPLE_LITERALS or (type(value) is float and value == value and abs(value) != float("inf")):
+            if type(value) in _SIMPLE_LITERALS or (
+                type(value) is float and value == value and abs(value) != float("inf")
+            ):
                 return repr(value)
             return self.ref(value)
         if isinstance(v, NullVar):
@@ -117,7 +124,10 @@ class Emitter:
                 return f"{self.ref(torch.Size, 'cls')}([{inner}])"
             return f"{self.ref(v.cls, 'cls')}({inner})"
         if isinstance(v, DictVar):
-            inner = ", ".join(f"{self.ref(k, 'k') if type(k) not in _SIMPLE_LITERALS else repr(k)}: {self.expr(i)}" for k, i in v.items.items())
+            inner = ", ".join(
+                f"{self.ref(k, 'k') if type(k) not in _SIMPLE_LITERALS else repr(k)}: {self.expr(i)}"
+                for k, i in v.items.items()
+            )
             if v.cls is dict:
                 return "{" + inner + "}"
             return f"{self.ref(v.cls, 'cls')}({{{inner}}})"
@@ -139,7 +149,9 @@ class Emitter:
                 return f"{self.ref(_with_kwdefaults, 'fn')}({fn}, {self.expr(v.kwdefaults)})"
             return fn
         if isinstance(v, MethodVar):
-            return f"{self.ref(types.MethodType, 'cls')}({self.expr(v.func)}, {self.expr(v.self_var)})"
+            return (
+                f"{self.ref(types.MethodType, 'cls')}({self.expr(v.func)}, {self.expr(v.self_var)})"
+            )
         if isinstance(v, AttrCallVar):
             return f"getattr({self.expr(v.obj)}, {v.name!r})"
         if isinstance(v, GradExitVar):
@@ -243,7 +255,9 @@ def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.Function
     return fn
 
 
-def compile_fetch(sources: list[str], namespace: dict[str, Any], guards: CompiledGuards) -> tuple[Callable, str]:
+def compile_fetch(
+    sources: list[str], namespace: dict[str, Any], guards: CompiledGuards
+) -> tuple[Callable, str]:
     """`fetch(L, G)`: the graph's inputs, each prefix of their sources read once, through the
     locals the guard function defined (their short paths are guarded there)."""
     lines: list[str] = []
@@ -259,7 +273,11 @@ def compile_fetch(sources: list[str], namespace: dict[str, Any], guards: Compile
                 defined.add(local.name)
                 lines.append(f"    {local.name} = {local.expr}")
         values.append(expr)
-    source = "def fetch(L, G):\n" + "".join(line + "\n" for line in lines) + f"    return [{', '.join(values)}]\n"
+    source = (
+        "def fetch(L, G):\n"
+        + "".join(line + "\n" for line in lines)
+        + f"    return [{', '.join(values)}]\n"
+    )
     ns = dict(namespace)
     exec(compile(source, "<fetch>", "exec"), ns)
     return ns["fetch"], source
@@ -287,7 +305,9 @@ def compile_rebuild(
         result = em.expr(value)
         body = [*em.lines, f"    return {result}"]
     else:
-        local_items = ", ".join(f"{name!r}: {em.expr(v)}" for name, v in locals_.items() if not _is_lazy_same(v, name))
+        local_items = ", ".join(
+            f"{name!r}: {em.expr(v)}" for name, v in locals_.items() if not _is_lazy_same(v, name)
+        )
         keep = [name for name, v in locals_.items() if _is_lazy_same(v, name)]
         stack_items = ", ".join(em.expr(v) for v in stack)
         cell_lines = []
@@ -295,7 +315,11 @@ def compile_rebuild(
             if c.dirty and c.contents is not None:
                 cell_lines.append(f"    F.cells[{name!r}].cell_contents = {em.expr(c.contents)}")
         keep_expr = " ".join(f"{n!r}: L[{n!r}]," for n in keep)
-        body = [*em.lines, *cell_lines, f"    return {{{keep_expr} {local_items}}}, [{stack_items}]"]
+        body = [
+            *em.lines,
+            *cell_lines,
+            f"    return {{{keep_expr} {local_items}}}, [{stack_items}]",
+        ]
     source = "def rebuild(L, G, O, F):\n" + "\n".join(body) + "\n"
     ns = em.namespace
     exec(compile(source, "<rebuild>", "exec"), ns)

@@ -210,8 +210,10 @@ def as_python_constant(v: Var) -> Any:
     if isinstance(v, ConstVar):
         return v.value
     if isinstance(v, TupleVar):
-        return v.cls(as_python_constant(i) for i in v.items) if v.cls in (tuple, torch.Size) else tuple(
-            as_python_constant(i) for i in v.items
+        return (
+            v.cls(as_python_constant(i) for i in v.items)
+            if v.cls in (tuple, torch.Size)
+            else tuple(as_python_constant(i) for i in v.items)
         )
     if isinstance(v, ListVar):
         return [as_python_constant(i) for i in v.items]
@@ -220,7 +222,9 @@ def as_python_constant(v: Var) -> Any:
     if isinstance(v, SetVar):
         return {as_python_constant(i) for i in v.items}
     if isinstance(v, SliceVar):
-        return slice(as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step))
+        return slice(
+            as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step)
+        )
     if isinstance(v, ObjVar):
         return v.value
     raise TypeError(f"{type(v).__name__} is not a constant")

@@ -50,9 +50,9 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         if isinstance(value, torch.Size):
             guards.constant(source, value, line)
         else:
-            guards.identity(source, value, line) if isinstance(value, torch.dtype) else guards.constant(
-                source, value, line
-            )
+            guards.identity(source, value, line) if isinstance(
+                value, torch.dtype
+            ) else guards.constant(source, value, line)
         return ConstVar(value, source)
     if type(value) is list:
         guards.length(source, value, line)
@@ -75,7 +75,9 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         remaining = iterator_rest(value)
         guards.length(f"___iter_rest({source})", remaining, line)
         tx.guards.namespace["___iter_rest"] = iterator_rest
-        return IteratorVar([wrap(tx, v, f"___iter_rest({source})[{i}]") for i, v in enumerate(remaining)])
+        return IteratorVar(
+            [wrap(tx, v, f"___iter_rest({source})[{i}]") for i, v in enumerate(remaining)]
+        )
     if isinstance(value, types.FunctionType):
         guards.identity(source, value, line)
         return FunctionVar(fn=value, source=source)
@@ -84,9 +86,17 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
     if isinstance(value, GradRestore):
         # the exit of a grad-mode `with` block that an earlier entry entered
         guards.type_of(source, value, line)
-        guards.add("CONSTANT_MATCH", source, f"{source}.restore is {value.restore}", f"the block restores grad mode {value.restore}", line)
+        guards.add(
+            "CONSTANT_MATCH",
+            source,
+            f"{source}.restore is {value.restore}",
+            f"the block restores grad mode {value.restore}",
+            line,
+        )
         return GradExitVar(value.restore)
-    if isinstance(value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)) or callable(value):
+    if isinstance(
+        value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)
+    ) or callable(value):
         guards.identity(source, value, line)
         return ObjVar(value, source)
     guards.identity(source, value, line)
@@ -104,7 +114,9 @@ def _plain_mapping(value: dict) -> bool:
         return True
     if getattr(value, "__dict__", None):
         return False
-    return all(python_method(cls, name) is None for name in ("__getitem__", "keys", "__iter__", "__len__"))
+    return all(
+        python_method(cls, name) is None for name in ("__getitem__", "keys", "__iter__", "__len__")
+    )
 
 
 def wrap_unguarded(value: Any) -> Var:

@@ -218,9 +218,13 @@ def in_workers(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) ->
     workers = compile_workers.pool()
     if workers is None:
         return
-    from triton.runtime import driver
+    try:
+        from triton import knobs  # noqa: F401 (Triton 3.3 and later: the jit_cache_hook knob)
+        from triton.runtime import driver
 
-    target = driver.active.get_current_target()
+        target = driver.active.get_current_target()
+    except Exception:
+        return  # an older Triton, or no driver: the parent compiles as without workers
     requests = []
     for kernel, dtypes in kernels:
         spec = kernel.specialisation(dtypes)

@@ -105,3 +105,16 @@ def test_a_stuck_worker_is_ended_and_its_request_left_to_the_parent(kernel_file,
     )
     assert pool.compile_all([request]) == ["not compiled by a worker"]
     assert pool.procs[0].wait(timeout=10) is not None  # ended, not left behind
+
+
+def test_without_a_usable_triton_driver_the_parent_compiles_alone(monkeypatch):
+    """No GPU here: Triton's driver cannot name a target, so no request goes to the workers
+    (and nothing raises into the compile that asked)."""
+    from compiler.runtime import triton_launch
+
+    class NoRequests:
+        def compile_all(self, requests):
+            raise AssertionError("nothing should reach the workers")
+
+    monkeypatch.setattr(compile_workers, "_pool", NoRequests())
+    triton_launch.in_workers([(object(), [])])

@@ -168,12 +168,15 @@ class Pool:
 _pool: Pool | None = None
 
 
-def start(size: int | None = None) -> Pool:
+def start(size: int | None = None) -> Pool | None:
     """The process's pool, started on first use (the processes import Triton in the
-    background; nothing waits for them here)."""
+    background; nothing waits for them here); None when no process can be started."""
     global _pool
     if _pool is None:
-        _pool = Pool(max(size or wanted(), 1))
+        try:
+            _pool = Pool(max(size or wanted(), 1))
+        except OSError:  # no processes to be had: the parent compiles alone
+            return None
         atexit.register(_pool.close)
         # Triton's CUDA driver builds its own C module with the C compiler the first time
         # it is used (about 1 s in a fresh cache): here, while the tracer runs.

@@ -118,3 +118,13 @@ def test_without_a_usable_triton_driver_the_parent_compiles_alone(monkeypatch):
 
     monkeypatch.setattr(compile_workers, "_pool", NoRequests())
     triton_launch.in_workers([(object(), [])])
+
+
+def test_no_processes_to_be_had_means_no_pool(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(compile_workers, "_pool", None)
+    monkeypatch.setattr(compile_workers.subprocess, "Popen", refuse)
+    assert compile_workers.start(2) is None
+    assert compile_workers.pool() is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -123,11 +124,12 @@ class TritonKernel:
         launcher: Triton builds one with the C compiler per kernel signature (0.1-0.3 s
         each), lazily at the first launch, one after another, unless built here in
         parallel (the first launch then finds it in Triton's cache)."""
+        self._warmup(args_dtypes)[(1, 1, 1)]  # indexing loads it and builds the launcher
+
+    def _warmup(self, args_dtypes: Sequence[torch.dtype]) -> Any:
+        """Triton's compile (or cache lookup) of this kernel for pointers of these dtypes."""
         blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
-        compiled = self.fn.warmup(
-            *args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks
-        )
-        compiled[(1, 1, 1)]  # indexing loads the module and builds the launcher
+        return self.fn.warmup(*args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks)
 
     def specialisation(self, args_dtypes: Sequence[torch.dtype]) -> str | None:
         """Triton's specialisation data (JSON) for the compile `warm` would do, captured by
@@ -140,11 +142,10 @@ class TritonKernel:
             captured.append(compile["specialization_data"])
             return True  # skip the compile
 
-        blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
         previous = knobs.runtime.jit_cache_hook
         knobs.runtime.jit_cache_hook = hook
         try:
-            self.fn.warmup(*args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks)
+            self._warmup(args_dtypes)
         except Exception:
             return None
         finally:
@@ -185,11 +186,9 @@ def read_tuned(path: Path, default: dict) -> dict | None:
 def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:
     device = "interpreter" if INTERPRET else "cuda"
     module, _ = load_module(kernel.source, device)
-    loaded = TritonKernel(
+    return TritonKernel(
         getattr(module, kernel.name), kernel, mode, source_key(kernel.source, device)
     )
-    loaded.module = (module.__file__, module.__name__)  # where a compile worker finds it
-    return loaded
 
 
 def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:
@@ -228,11 +227,12 @@ def in_workers(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) ->
     requests = []
     for kernel, dtypes in kernels:
         spec = kernel.specialisation(dtypes)
-        module = getattr(kernel, "module", None)
+        # The module load_kernel imported the kernel from (registered under its name)
+        module = sys.modules.get(kernel.fn.fn.__module__)
         if spec is not None and module is not None:
             requests.append(
                 compile_workers.Request(
-                    module[0], module[1], kernel.name, spec,
+                    module.__file__, module.__name__, kernel.name, spec,
                     (target.backend, target.arch, target.warp_size),
                 )
             )  # fmt: skip

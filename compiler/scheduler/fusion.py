@@ -1,6 +1,6 @@
 """The fusion scheduler: IR Graph -> Schedule (kernels and extern calls, in order).
 
-Three passes:
+Four passes:
 
 1. inline — a Pointwise node that nothing needs as a real buffer (not a graph output, not an
    extern argument, not a gather table) is substituted into its consumers' bodies, so chains
@@ -17,6 +17,8 @@ Three passes:
    dimensions merged where every address allows (a contiguous 4-d add becomes a 1-d loop),
    `Ref`s for values computed in the same kernel, stores only for buffers needed outside,
    and the buffers each launch frees.
+4. in place — a copy of a new value into a mutated graph input is folded into the kernel
+   computing that value, which then stores into the input directly (inplace.py).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from compiler.ir.nodes import (
     op_count,
 )
 from compiler.ir.transform import inline_loads, rewrite, substitute
+from compiler.scheduler.inplace import write_in_place
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule, Step
 
 INLINE_ALWAYS_OPS = 8  # bodies this small are recomputed in every consumer
@@ -311,6 +314,7 @@ def schedule(graph: Graph, materialise_broadcasts: bool = False) -> Schedule:
             continue
         out.append(_finish(item, layouts, needed_outside, names, origins, counter))
         counter += 1
+    out = write_in_place(out, graph)
     materialised = {b.name: b.layout for b in graph.inputs}
     materialised.update({c.name: c.layout for c in graph.constants})
     for launch in out:

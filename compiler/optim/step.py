@@ -122,22 +122,16 @@ def _prepare(opt: torch.optim.Optimizer, fn: Callable, mode: str | None) -> _Pre
 
 
 def _check_param(p: torch.Tensor) -> None:
-    if p.grad.is_sparse or p.layout != torch.strided:
+    # Paid per parameter and step: only what changes the decision. A state tensor that does
+    # not fit its parameter fails the compile as it fails eager's step, and a graph over
+    # several devices runs eagerly (the lowering refuses it).
+    grad = p.grad
+    if grad.layout != torch.strided or p.layout != torch.strided:
         raise _Unsupported("a parameter has a sparse gradient or is not strided")
-    if torch.is_complex(p) or not p.is_floating_point():
+    if not p.is_floating_point():
         raise _Unsupported(f"a parameter is {p.dtype}, not a real floating point type")
-    if p.grad.dtype != p.dtype or p.grad.device != p.device or p.grad.shape != p.shape:
-        raise _Unsupported("a gradient differs from its parameter in dtype, device or shape")
-
-
-def _state_tensor(p: torch.Tensor, t: Any, what: str) -> None:
-    if (
-        not isinstance(t, torch.Tensor)
-        or t.shape != p.shape
-        or t.dtype != p.dtype
-        or t.device != p.device
-    ):
-        raise _Unsupported(f"the optimizer's {what} state does not match its parameter")
+    if grad.dtype != p.dtype or grad.device != p.device:
+        raise _Unsupported("a gradient differs from its parameter in dtype or device")
 
 
 # A group's builder checks it (raising _Unsupported before any state changes) and returns
@@ -152,13 +146,10 @@ def _sgd_group(opt: torch.optim.Optimizer, group: dict, params: list) -> Callabl
         if momentum != 0
         else []
     )
-    for p, buf in zip(params, buffers):
-        if buf is None and dampening != 0:
-            # torch.optim's first step copies the gradient into the new buffer, with no
-            # dampening; the update here always dampens
-            raise _Unsupported("SGD with dampening creates its momentum buffers at its first step")
-        if buf is not None:
-            _state_tensor(p, buf, "momentum_buffer")
+    if dampening != 0 and any(buf is None for buf in buffers):
+        # torch.optim's first step copies the gradient into the new buffer, with no
+        # dampening; the update here always dampens
+        raise _Unsupported("SGD with dampening creates its momentum buffers at its first step")
 
     def plan(lr: torch.Tensor, prepared: _Prepared) -> tuple:
         for k, (p, buf) in enumerate(zip(params, buffers)):
@@ -187,19 +178,12 @@ def _sgd_group(opt: torch.optim.Optimizer, group: dict, params: list) -> Callabl
 def _adam_group(opt: torch.optim.Optimizer, group: dict, params: list) -> Callable:
     amsgrad = group["amsgrad"]
     keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+    needed = set(keys)
     for p in params:
         state = opt.state.get(p)
-        if not state:
-            continue
-        if any(k not in state for k in keys):
-            raise _Unsupported(
-                "the optimizer's state lacks " + ", ".join(k for k in keys if k not in state)
-            )
-        for k in keys[1:]:
-            _state_tensor(p, state[k], k)
-        step = state["step"]
-        if not isinstance(step, torch.Tensor) or step.dim() != 0 or not step.is_floating_point():
-            raise _Unsupported("a state['step'] is not a 0-d floating point tensor")
+        if state and not (needed <= state.keys() and isinstance(state["step"], torch.Tensor)):
+            # amsgrad turned on after some steps, say: torch.optim's step fails there too
+            raise _Unsupported(f"the optimizer's state lacks one of {', '.join(keys)}")
     on_cuda = params[0].device.type == "cuda"
 
     def plan(lr: torch.Tensor, prepared: _Prepared) -> tuple:
@@ -233,12 +217,14 @@ def _adam_group(opt: torch.optim.Optimizer, group: dict, params: list) -> Callab
         states = [opt.state[p] for p in params]
         prepared.state += [s[k] for s in states for k in keys] + [lr]
         beta1, beta2 = group["betas"]
+        # older torch versions have AdamW as a class of its own, without this key
+        decoupled = group.get("decoupled_weight_decay", type(opt) is torch.optim.AdamW)
         tensors = [[s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step")]
         return (
             params, [p.grad for p in params], tensors[0], tensors[1],
             [s["max_exp_avg_sq"] for s in states] if amsgrad else [], tensors[2], lr,
             beta1, beta2, group["weight_decay"], group["eps"], amsgrad, group["maximize"],
-            group["decoupled_weight_decay"],
+            decoupled,
         )  # fmt: skip
 
     return plan

@@ -12,9 +12,11 @@ that gives eager's answer: nothing that runs between that kernel and the copy re
 being stored. Such stores are appended as the kernel's last steps, after every value of the
 point is computed, so reads of `x` by other steps of the same kernel still see the old
 value, whatever order the updates were written in (Adam's new parameter reads the old
-exp_avg, and with weight decay the new exp_avg reads the old parameter). Only pointwise
-kernels take part: their steps run in order at each point, while a reduction kernel's emitters
-may move its outer steps around its loops.
+exp_avg, and with weight decay the new exp_avg reads the old parameter). Later kernels that
+read the new value read it from the input too (an optimizer's step counts: updated by one
+small kernel, read by every parameter's). Only pointwise kernels take part: their steps run
+in order at each point, while a reduction kernel's emitters may move its outer steps around
+its loops.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import dataclasses
 
 from torch.utils._pytree import tree_flatten
 
-from compiler.ir.nodes import Graph, Ref, TensorArg, loads
+from compiler.ir.nodes import Graph, Load, Ref, TensorArg, Value, loads
+from compiler.ir.transform import rewrite
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Step
 
 _COPY = "aten.copy_.default"
@@ -49,9 +52,15 @@ def write_in_place(launches: list[Launch], graph: Graph) -> list[Launch]:
         step = _step(group, src, graph)
         if step is None or not _safe(out, k, at, group, step, target, copy, graph):
             continue
-        out[k] = _with_store(
-            group, step, target, still_needed=_read_elsewhere(out, k, at, src.buf, graph)
-        )
+        needed = _read_elsewhere(out, k, at, src.buf, graph)
+        if needed and _can_redirect(out, k, at, src.buf, target, graph):
+            # later kernels read the input, which holds the value from kernel k on
+            out = [
+                _reading(launch, src.buf, target) if j > k else launch
+                for j, launch in enumerate(out)
+            ]
+            needed = False
+        out[k] = _with_store(group, step, target, still_needed=needed)
         del out[at]
     return out
 
@@ -132,6 +141,38 @@ def _read_elsewhere(launches: list[Launch], k: int, at: int, buf: str, graph: Gr
     if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
         return True
     return any(buf in _reads(launch) for j, launch in enumerate(launches) if j not in (k, at))
+
+
+def _can_redirect(
+    launches: list[Launch], k: int, at: int, buf: str, target: str, graph: Graph
+) -> bool:
+    """Whether every other reader of `buf` may read `target` instead: kernels after `k` (the
+    input is written there and nowhere else), with the same layout to index."""
+    layouts = graph.buffer_layouts()
+    if layouts[buf] != layouts[target]:
+        return False
+    if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
+        return False
+    return all(
+        isinstance(launch, KernelGroup) and j > k
+        for j, launch in enumerate(launches)
+        if j not in (k, at) and buf in _reads(launch)
+    )
+
+
+def _reading(launch: Launch, buf: str, target: str) -> Launch:
+    """`launch` loading `target` wherever it loaded `buf`."""
+    if not isinstance(launch, KernelGroup) or buf not in launch.reads:
+        return launch
+
+    def on_load(ld: Load, indices: tuple, mask: Value | None) -> Value:
+        return Load(target if ld.buf == buf else ld.buf, indices, ld.dtype, mask)
+
+    steps = tuple(
+        dataclasses.replace(s, value=rewrite(s.value, on_load, lambda i: i)) for s in launch.steps
+    )
+    reads = tuple(dict.fromkeys(target if r == buf else r for r in launch.reads))
+    return dataclasses.replace(launch, steps=steps, reads=reads)
 
 
 def _with_store(group: KernelGroup, step: Step, target: str, still_needed: bool) -> KernelGroup:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
-from compiler import records
+from compiler import controls, records
 from compiler.optim.functional import FUNCTIONS, adam_step, sgd_step
 from compiler.optim.support import StepCall, why_eager
 from compiler.runtime.static import is_static_address, mark_static_address
@@ -65,6 +65,8 @@ def run_step(ctx: CompileContext, call: StepCall, run_function: Callable) -> Any
     """Make the step `call`: compiled when supported, else torch.optim's own."""
     opt = call.optimizer
     fn = FUNCTIONS.get(type(opt))
+    if controls.stance() == "force_eager":
+        return call.eager()  # everything eager: torch.optim's own step, not ours run eagerly
     reason = why_eager(opt, *call.step_args)
     native = ctx.state_for(fn).native if reason is None else None
     if native:

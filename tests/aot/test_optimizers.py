@@ -85,6 +85,7 @@ def train_both(
     steps: int = 4,
     scheduler: Callable | None = None,
     before_step: Callable | None = None,
+    mode: str | None = None,
 ) -> tuple[compiler.records.CompiledReport, torch.optim.Optimizer]:
     """`steps` training steps of `model` and of a copy of it, eager against a function whose
     `opt.step()` is compiled (forward and backward run eagerly in both, so both steps get the
@@ -100,7 +101,7 @@ def train_both(
         if s is not None:
             s.step()
 
-    compiled = compiler.compile(step)
+    compiled = compiler.compile(step, mode=mode)
     for k in range(steps):
         x, y = _batch(model)
         for mod, o in ((model, opt), (comp_model, comp_opt)):
@@ -179,16 +180,42 @@ def test_through_interpreted_triton(monkeypatch):
 
 def test_parameter_without_gradient_is_skipped():
     def freeze_middle(mod, step):
-        if step % 2:
+        if step % 2 == 0:
             mod[2].weight.grad = None  # as if it took no part in this step's loss
 
     report, opt = train_both(_mlp(), OPTIMIZERS["adam"], before_step=freeze_middle)
     # the set of parameters with gradients is guarded: two entries, one per set
     record = step_record(report)
     assert len(record.entries) == 2
-    assert record.entries[1].recompile_reason.startswith("len(L['groups'][0][0]) == 6 (got 5)")
-    steps = [s["step"].item() for s in opt.state_dict()["state"].values()]
-    assert steps == [4, 4, 2, 4, 4, 4]
+    assert record.entries[1].recompile_reason.startswith("len(L['groups'][0][0]) == 5 (got 6)")
+    state = opt.state_dict()["state"]
+    assert [state[i]["step"].item() for i in range(6)] == [4, 4, 2, 4, 4, 4]
+
+
+def test_reduce_overhead_mode_on_cpu_steps_like_the_default():
+    report, _ = train_both(_cnn(), OPTIMIZERS["adam_wd"], steps=3, mode="reduce-overhead")
+    assert step_record(report).entries[0].hits == 3
+
+
+def test_no_gradient_anywhere_changes_nothing():
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters())
+    step = compiler.compile(lambda o: o.step())
+    before = [p.detach().clone() for p in model.parameters()]
+    step(opt)
+    assert not opt.state and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not step_record(compiler.inspect(step)).entries  # nothing to compile
+
+
+def test_force_eager_stance_runs_torch_optims_step():
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters())
+    step = compiler.compile(lambda o: o.step())
+    F.cross_entropy(model(torch.randn(2, 12)), torch.randint(5, (2,))).backward()
+    with compiler.set_stance("force_eager"):
+        step(opt)
+    assert len(opt.state) == 6
+    assert not [f for f in compiler.inspect(step).functions if f.name == "adam_step"]
 
 
 def test_two_param_groups_with_their_own_lr():

@@ -2,7 +2,8 @@
 
 The frame evaluator hands over `opt.step()` made at a graph break (support.step_call). When
 the optimizer and its parameters are supported, the state torch.optim would create lazily at
-this step is created here, exactly as its `_init_group` creates it, and the param groups are
+this step is created here as its `_init_group` creates it (SGD's momentum buffers as zeros,
+which this step's update turns into the gradient torch.optim copies in), and the groups are
 handed to the functional update (functional.py) through the frame evaluator, which compiles
 it (guards, recompiles, cache limit and records as for any function) and runs it under
 no_grad, as torch.optim's step runs. Anything else runs torch.optim's own step, and the reason

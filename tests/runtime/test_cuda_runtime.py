@@ -64,6 +64,39 @@ def test_fast_launch_matches_eager_over_many_calls():
         torch.testing.assert_close(compiled(x), f(x))
 
 
+def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypatch):
+    """Triton 3.6: the launch is the C launcher call alone; with a launch hook set (what a
+    profiler does), the kernel launches through Triton's launcher object, which calls it."""
+    import triton
+    from triton import knobs
+
+    from compiler.runtime.triton_launch import TritonKernel
+
+    def f(x):
+        return torch.cos(x) * 3
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(1000, device="cuda")
+    launchers = []
+    original = TritonKernel._launcher
+
+    def recording(self, args):
+        launcher = original(self, args)
+        launchers.append(launcher.__name__)
+        return launcher
+
+    monkeypatch.setattr(TritonKernel, "_launcher", recording)
+    torch.testing.assert_close(compile_fx(gm, [x])(x), f(x))
+    if triton.__version__.startswith("3.6"):
+        assert launchers == ["launch"]
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda meta: seen.append(meta))
+    compiler.reset()
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(compile_fx(gm, [x])(x), f(x))
+    assert launchers[-1] == "launch_through_triton" and len(seen) == 1
+
+
 def _model() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),

@@ -121,7 +121,8 @@ class TritonKernel:
         about each pointer: the wrapper's buffers are CUDA tensors by construction). That
         call's argument layout is Triton 3.6's; with launch hooks set (a profiler), scratch
         memory to allocate, or another layout, the launch goes through the compiled
-        kernel's own launcher object, which handles them."""
+        kernel's own launcher object, which handles them (Triton's hooks are chains, never
+        None: empty ones are no hooks)."""
         config = self.config
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
         gx, gy, gz = self._grid(config)
@@ -136,14 +137,15 @@ class TritonKernel:
         c_launch = _c_launch(run)
         if c_launch is not None:
             coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+            hooks = _launch_hooks()
 
-            def launch(_: tuple, ptrs: list) -> None:
+            def launch(args: tuple, ptrs: list) -> None:
+                if hooks[0].calls or hooks[1].calls:  # a profiler hooked in since
+                    return launch_through_triton(args, ptrs)
                 c_launch(
                     gx, gy, gz, current_stream(current_device()), function, coop, pdl,
                     None, None, packed, None, None, None, *ptrs, *constants,
                 )  # fmt: skip
-
-            return launch
 
         def launch_through_triton(args: tuple, _: list) -> None:
             from triton import knobs
@@ -153,7 +155,7 @@ class TritonKernel:
             meta = compiled.launch_metadata((gx, gy, gz), stream, *args, *constants)
             run(gx, gy, gz, stream, function, packed, meta, *hooks, *args, *constants)
 
-        return launch_through_triton
+        return launch if c_launch is not None else launch_through_triton
 
     def warm(self, args_dtypes: Sequence[torch.dtype]) -> None:
         """Compile ahead of the first launch (GPU only), and build the compiled kernel's
@@ -219,18 +221,30 @@ def read_tuned(path: Path, default: dict) -> dict | None:
     return config
 
 
+def _launch_hooks() -> tuple[Any, Any] | None:
+    """Triton's launch enter and exit hooks when both are hook chains (Triton 3.6 keeps
+    them as chains a profiler adds to, empty when none has), else None."""
+    from triton import knobs
+
+    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if isinstance(getattr(enter, "calls", None), list) and isinstance(
+        getattr(exit_, "calls", None), list
+    ):
+        return enter, exit_
+    return None
+
+
 def _c_launch(run: Any) -> Callable | None:
     """The C function behind a compiled kernel's launcher object, when calling it directly
     is what the object itself would do: Triton 3.6's launcher layout, no scratch memory to
-    allocate per launch, no launch hooks."""
+    allocate per launch, launch hooks in chains (the launch checks they are empty)."""
     try:
-        from triton import knobs
         from triton.backends.nvidia import driver as nvidia_driver
     except ImportError:
         return None
     if getattr(nvidia_driver, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO":
         return None
-    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+    if _launch_hooks() is None:
         return None
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None

@@ -65,18 +65,13 @@ def test_fast_launch_matches_eager_over_many_calls():
 
 
 def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypatch):
-    """Triton 3.6: the launch is the C launcher call alone; with a launch hook set (what a
-    profiler does), the kernel launches through Triton's launcher object, which calls it."""
+    """Triton 3.6: a launch is the C launcher call alone; once a launch hook is added (what
+    a profiler does), launches go through Triton's launcher object, which calls it."""
     import triton
     from triton import knobs
 
     from compiler.runtime.triton_launch import TritonKernel
 
-    def f(x):
-        return torch.cos(x) * 3
-
-    gm = torch.fx.symbolic_trace(f)
-    x = torch.randn(1000, device="cuda")
     launchers = []
     original = TritonKernel._launcher
 
@@ -86,15 +81,27 @@ def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypat
         return launcher
 
     monkeypatch.setattr(TritonKernel, "_launcher", recording)
-    torch.testing.assert_close(compile_fx(gm, [x])(x), f(x))
+
+    def f(x):
+        return torch.cos(x) * 3
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(1000, device="cuda")
+    compiled = compile_fx(gm, [x])
+    torch.testing.assert_close(compiled(x), f(x))
     if triton.__version__.startswith("3.6"):
         assert launchers == ["launch"]
     seen = []
-    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda meta: seen.append(meta))
-    compiler.reset()
-    x = torch.randn(1000, device="cuda")
-    torch.testing.assert_close(compile_fx(gm, [x])(x), f(x))
-    assert launchers[-1] == "launch_through_triton" and len(seen) == 1
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        x = torch.randn(1000, device="cuda")
+        torch.testing.assert_close(compiled(x), f(x))
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) == 1
+    torch.testing.assert_close(compiled(x), f(x))
+    assert len(seen) == 1
 
 
 def _model() -> torch.nn.Module:

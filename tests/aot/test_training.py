@@ -439,3 +439,24 @@ def test_batch_norm_statistics_and_their_updates_are_one_kernel(emitter, monkeyp
     assert "_red_" in statistics.name and "rsqrt" in statistics.name.split("_")
     # the batch counter, the statistics, the normalisation, then the loss's two kernels
     assert len(forward) == 5, [k.name for k in forward]
+
+
+def test_channels_last_training_matches_eager(monkeypatch):
+    """The NHWC training path (CUDA's): saved activations stay NHWC for the backward, whose
+    convolutions take NHWC gradients; parameters' gradients keep eager's layout. Run here on
+    the CPU by adding it to the devices that train channels-last."""
+    from compiler.codegen import compile_fx as compile_fx_module
+
+    monkeypatch.setattr(compile_fx_module, "TRAINING_CHANNELS_LAST", frozenset({"cpu"}))
+    model = _cnn()
+    report = train_and_compare(
+        model,
+        lambda: (torch.randn(4, 3, 12, 12), torch.randint(4, (4,))),
+        F.cross_entropy,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    (graph,) = training_graphs(report)
+    assert any("channels-last" in n for n in graph.notes)
+    assert graph.fallback is None

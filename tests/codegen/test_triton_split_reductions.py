@@ -167,6 +167,18 @@ def test_length_not_divisible_by_the_chunk(dtype):
     assert first and all("the last one masked" in k.source for k in first)
 
 
+def test_nan_reaches_the_output_through_both_stages():
+    x = rand(3, 1009)
+    x[1, 500] = float("nan")
+    record = check(lambda x: (x.amax(1), x.amin(1), x.sum(1)), x, atol=1e-4, rtol=1e-5)
+    assert split_count(record) == 3
+
+
+def test_argmax_and_argmin_stay_one_reduction():
+    record = check(lambda x: (x.argmax(1), x.argmin(1)), rand(3, 1009))
+    assert split_count(record) == 0
+
+
 def test_full_reduction_to_a_scalar():
     record = check(lambda x: (x.sum(), x.amax(), x.mean()), rand(7, 300), atol=1e-4, rtol=1e-5)
     assert stages(record)[0]

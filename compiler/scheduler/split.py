@@ -286,7 +286,7 @@ def _stages(n: Reduction, plan: SplitPlan) -> tuple[Reduction, Reduction]:
         )
     acc = body.dtype
     size = n.size + chunks
-    layout = Layout(size, _chunks_outermost(len(n.size), size), acc, n.layout.device)
+    layout = Layout(size, _chunks_outermost(k, size), acc, n.layout.device)
     first = Reduction(
         f"{n.name}_partial",
         size,

@@ -425,7 +425,7 @@ def _runner(
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
-        call = CudaGraphRunner(call, mutated)
+        call = CudaGraphRunner(call, mutated, aot.internal_from)
 
     def run(*args: Any) -> Any:
         return spec.unflatten(list(call(list(args))))

@@ -191,8 +191,11 @@ class _Group:
     index: int
     full_size: tuple[int, ...]
     axes: tuple[int, ...]
-    members: list[tuple[Node, str]] = field(default_factory=list)  # (node, "full"|"outer"|"reduce")
+    # (node, "full" | "outer" | "outer_unit" | "reduce")
+    members: list[tuple[Node, str]] = field(default_factory=list)
     space: dict[str, str] = field(default_factory=dict)  # buffer -> "full" | "outer"
+    # buffers of "outer_unit" members: their size-1 dims, which loads address with 0
+    units: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reads: set[str] = field(default_factory=set)  # buffers its members load
 
     @property
@@ -207,11 +210,17 @@ def _full_coords(node: Node, role: str, axes: tuple[int, ...]) -> tuple[tuple, t
         return full, tuple(c for k, c in enumerate(full) if k not in axes)
     if role == "outer":
         return (), tuple(Index.of(v) for v in node.vars)
+    if role == "outer_unit":  # its size-1 dims dropped, it is the kernel's outer space
+        return (), tuple(Index.of(v) for v, s in zip(node.vars, node.size) if s != 1)
     ivars, rvars = iter(node.vars), iter(node.reduction_vars)
     full = tuple(
         Index.of(next(rvars) if k in axes else next(ivars)) for k in range(len(node.input_size))
     )
     return full, tuple(Index.of(v) for v in node.vars)
+
+
+def _without_units(size: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in size if s != 1)
 
 
 def _role(node: Node, g: _Group) -> str | None:
@@ -220,6 +229,15 @@ def _role(node: Node, g: _Group) -> str | None:
             return "full"
         if g.axes and node.size == g.outer_size:
             return "outer"
+        # Batch norm's per-channel math on the statistics, shaped [1, C, 1, 1], after a
+        # reduction to [C]: one more step of the reducing kernel instead of a kernel each.
+        if (
+            g.axes
+            and 1 not in g.outer_size
+            and _without_units(node.size) == g.outer_size
+            and len(node.size) > len(g.outer_size)
+        ):
+            return "outer_unit"
         return None
     if isinstance(node, Reduction) and node.input_size == g.full_size:
         if node.axes == g.axes or (not g.axes and all(sp == "full" for sp in g.space.values())):
@@ -234,7 +252,14 @@ def _fits(node: Node, role: str, g: _Group, axes: tuple[int, ...]) -> bool:
         if space is None:
             continue
         idx = tuple(ld.indices)
-        if space == "full" and (role == "outer" or idx != full):
+        units = g.units.get(ld.buf)
+        if units is not None:
+            # Read per channel by the outer steps only: a full-space node joining here would
+            # run over the whole input in the kernel's grid of channels.
+            if role not in ("outer", "outer_unit") or any(idx[k] != Index.of(0) for k in units):
+                return False
+            idx = tuple(c for k, c in enumerate(idx) if k not in units)
+        if space == "full" and (role in ("outer", "outer_unit") or idx != full):
             return False
         if space == "outer" and idx != outer:
             return False
@@ -278,6 +303,8 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
             g.axes = axes
         g.members.append((node, role))
         g.space[node.name] = "full" if role == "full" else "outer"
+        if role == "outer_unit":
+            g.units[node.name] = tuple(k for k, size in enumerate(node.size) if size == 1)
         g.reads |= deps
         producer[node.name] = g.index
     return launches
@@ -377,6 +404,10 @@ def _finish(
         elif role == "outer":
             mapping = dict(zip((v.name for v in node.vars), outer_idx))
             point = outer_idx
+        elif role == "outer_unit":
+            it = iter(outer_idx)
+            point = tuple(Index.of(0) if s == 1 else next(it) for s in node.size)
+            mapping = dict(zip((v.name for v in node.vars), point))
         else:  # a reduction: its i* are the outer vars, its r* the reduced dims in order
             mapping = dict(zip((v.name for v in node.vars), outer_idx))
             reduced = (c for k, c in enumerate(full) if k in g.axes)

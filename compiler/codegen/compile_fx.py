@@ -295,7 +295,10 @@ class _Compiled:
             graph, notes = lower(aot, self.inputs, channels_last=channels_last)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
-            sched = fuse(graph, materialise_broadcasts=cpp)
+            # Emitters for parallel devices say how many processors to fill (Triton: the
+            # SMs), which splits long reductions with few outputs; C++ never splits.
+            processors = emitter.processors(device) if hasattr(emitter, "processors") else None
+            sched = fuse(graph, materialise_broadcasts=cpp, processors=processors)
         with self.stage("codegen"):
             kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
             what = f"the {self.part} graph" if self.part else "a graph"

@@ -1,6 +1,6 @@
 """The fusion scheduler: IR Graph -> Schedule (kernels and extern calls, in order).
 
-Three passes:
+Three passes, and between the first two a fourth for GPUs:
 
 1. inline — a Pointwise node that nothing needs as a real buffer (not a graph output, not an
    extern argument, not a gather table) is substituted into its consumers' bodies, so chains
@@ -8,6 +8,9 @@ Three passes:
    whose body is large and read by several consumers stay materialised instead of being
    recomputed, and for CPU kernels so do small costly values that consumers broadcast (a
    per-channel rsqrt read per pixel).
+   split — for targets that give their processor count (GPUs), a reduction with few outputs
+   and long rows becomes two stages, partials per chunk then per output, so it fills the
+   device (compiler/scheduler/split.py).
 2. group — the remaining nodes, in order, join an earlier kernel when they iterate over the
    same space (a pointwise node of the kernel's shape, of its reduced input's shape, or of
    its output shape; a reduction over the same input and axes) and every value they read
@@ -50,6 +53,7 @@ from compiler.ir.nodes import (
 )
 from compiler.ir.transform import inline_loads, rewrite, substitute
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule, Step
+from compiler.scheduler.split import split_reductions
 
 INLINE_ALWAYS_OPS = 8  # bodies this small are recomputed in every consumer
 INLINE_MAX_OPS = 160  # larger bodies are materialised rather than recomputed by consumers
@@ -324,11 +328,17 @@ def _extern_deps(node: ExternKernel) -> set[str]:
 # ---- pass 3: finish ------------------------------------------------------------------------
 
 
-def schedule(graph: Graph, materialise_broadcasts: bool = False) -> Schedule:
-    """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`)."""
+def schedule(
+    graph: Graph, materialise_broadcasts: bool = False, processors: int | None = None
+) -> Schedule:
+    """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`). `processors`:
+    how many the target runs at once (a GPU's SMs), for splitting reductions with few
+    outputs into two stages (compiler/scheduler/split.py); None never splits."""
     nodes, names, origins = inline(graph, materialise_broadcasts)
-    launches = group(nodes)
-    layouts = graph.buffer_layouts()
+    split = split_reductions(nodes, names, origins, required_buffers(graph), processors)
+    names, origins = split.names, split.origins
+    launches = group(split.nodes)
+    layouts = graph.buffer_layouts() | split.layouts
     needed_outside = _needed_outside(graph, launches)
     out: list[Launch] = []
     counter = 0
@@ -336,7 +346,7 @@ def schedule(graph: Graph, materialise_broadcasts: bool = False) -> Schedule:
         if isinstance(item, ExternKernel):
             out.append(ExternCall(item))
             continue
-        out.append(_finish(item, layouts, needed_outside, names, origins, counter))
+        out.append(_finish(item, layouts, needed_outside, names, origins, split.notes, counter))
         counter += 1
     materialised = {b.name: b.layout for b in graph.inputs}
     materialised.update({c.name: c.layout for c in graph.constants})
@@ -375,6 +385,7 @@ def _finish(
     needed: set[str],
     names: dict,
     origins: dict,
+    notes: dict[str, str],
     counter: int,
 ) -> KernelGroup:
     outer = make_vars("x", g.outer_size)
@@ -434,6 +445,7 @@ def _finish(
         writes,
         fused,
         tuple(n.name for n, _ in g.members),
+        tuple(notes[n.name] for n, _ in g.members if n.name in notes),
     )
 
 

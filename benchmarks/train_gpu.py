@@ -206,7 +206,7 @@ def main() -> None:
     for name in args.only.split(","):
         print(f"== {name}", flush=True)
         rows.append(bench(name, args.iters, with_torch=name not in skip))
-    print_table(rows)
+        print_table(rows)  # after each model: a later one may run out of the call's time
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ from tests.aot.test_optimizers import assert_optimizers_close, step_record
 
 pytestmark = pytest.mark.gpu
 
-# eager's foreach kernels and ours round a few float32 operations differently
-TOL = {"rtol": 1e-5, "atol": 1e-6}
+# Eager's foreach kernels and ours round a few float32 operations differently, and over 5
+# steps cuDNN's convolution backward (not bitwise deterministic) and batch norm on 8 images
+# amplify that: on the H100 (2026-11-24) a first-layer gradient element moved 8e-5.
+TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
 @pytest.fixture(autouse=True)

@@ -62,7 +62,9 @@ def test_seed_000_train_with_optimizer_inside():
     reasons = [b.reason for b in report.functions[0].breaks]
     assert reasons[0].startswith("optimizer.zero_grad() runs in Python")
     assert reasons[1].startswith("loss.backward() runs autograd's engine in Python")
-    assert reasons[2].startswith("optimizer.step() ends the graph: Adam's update runs as a compiled")
+    assert reasons[2].startswith(
+        "optimizer.step() ends the graph: Adam's update runs as a compiled"
+    )
     (graph,) = training_graphs(report)  # forward and loss, compiled with their backward
     assert {k.graph for k in graph.kernels} == {"forward", "backward"}
     assert graph.fallback is None

@@ -18,18 +18,23 @@ Eager semantics kept on purpose:
   a missing one (an output that did not reach the loss) arrives as zeros;
 * saved tensors go through `save_for_backward`, so a second backward without
   `retain_graph=True` and an in-place change of a saved tensor fail as they do in eager;
+  those a CUDA graph returns in its own memory (mode="reduce-overhead") are kept aside
+  instead, with a token tensor in `save_for_backward` in their place, and copied out before
+  the forward replays again if that token says their backward may still run;
   double backward (`create_graph=True` through this graph) raises a clear error instead of
   silently returning gradients without history.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
 
 from compiler.aot.joint import JointGraph, OutputInfo
 from compiler.aot.partition import Partition
+from compiler.runtime.cudagraphs import is_handed_out
 
 
 class TrainingGraph:
@@ -49,6 +54,8 @@ class TrainingGraph:
         self.non_differentiable = [i for i, o in enumerate(outputs) if not o.differentiable]
         self.tangent_outputs = [(i, o) for i, o in enumerate(outputs) if o.differentiable]
         self.grad_inputs = [i for i, rg in enumerate(joint.requires_grad) if rg]
+        # The last call's saved tensors in graph memory, while its backward may still run.
+        self.pending: tuple[weakref.ref, weakref.ref] | None = None
 
     def __call__(self, *args: Any) -> Any:
         if torch.is_grad_enabled():
@@ -71,6 +78,11 @@ class TrainingGraph:
         return self.joint.spec.unflatten(leaves)
 
     def run_forward(self, args: list) -> tuple[tuple, tuple]:
+        if self.pending is not None:
+            token, kept = self.pending
+            if token() is not None and kept() is not None:
+                kept().copy_out_of_graph_memory()
+            self.pending = None
         results = tuple(self.forward(*args))
         n, m = self.part.num_outputs, len(self.part.mutated)
         # A view of a buffer of ours would be a view created inside an autograd.Function,
@@ -98,12 +110,22 @@ class _CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, graph: TrainingGraph, *args: torch.Tensor) -> tuple:
         outputs, saved = graph.run_forward(list(args))
         ctx.graph = graph
-        ctx.save_for_backward(*saved)
+        kept = _GraphMemory.of(saved)
+        if kept is None:
+            ctx.save_for_backward(*saved)
+        else:
+            ctx.kept = kept
+            ctx.save_for_backward(*kept.tracked(saved))
+            graph.pending = (weakref.ref(kept.token), weakref.ref(kept))
         ctx.mark_non_differentiable(*(outputs[i] for i in graph.non_differentiable))
         return outputs
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
+        saved = ctx.saved_tensors  # raises after a backward without retain_graph, as in eager
+        kept = getattr(ctx, "kept", None)
+        if kept is not None:
+            saved = kept.merged(saved)
         if torch.is_grad_enabled():  # autograd turns grad mode on only for create_graph=True
             raise RuntimeError(
                 "double backward through a compiled training graph is not supported: "
@@ -111,7 +133,38 @@ class _CompiledFunction(torch.autograd.Function):
                 "backward's own graph, which compiled kernels do not record; run this "
                 "function eagerly (compiler.compile(..., backend='eager')) for it"
             )
-        return (None, *ctx.graph.run_backward(ctx.saved_tensors, grads))
+        return (None, *ctx.graph.run_backward(saved, grads))
+
+
+class _GraphMemory:
+    """One call's saved tensors that live in a CUDA graph's own memory, which its next
+    replay overwrites. `token` stands in for them in `save_for_backward`: autograd drops it
+    when their backward has run (without retain_graph) or can no longer run, so while it is
+    alive the next forward must copy them out first."""
+
+    def __init__(self, positions: list[int], tensors: list[torch.Tensor]):
+        self.positions, self.tensors = positions, tensors
+        self.token = torch.empty(0)
+
+    @staticmethod
+    def of(saved: Sequence[torch.Tensor]) -> "_GraphMemory | None":
+        positions = [k for k, t in enumerate(saved) if is_handed_out(t)]
+        if not positions:
+            return None
+        return _GraphMemory(positions, [saved[k] for k in positions])
+
+    def tracked(self, saved: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        inside = set(self.positions)
+        return [t for k, t in enumerate(saved) if k not in inside] + [self.token]
+
+    def merged(self, tracked: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        rest = iter(tracked[:-1])  # the token last
+        mine = dict(zip(self.positions, self.tensors))
+        total = len(tracked) - 1 + len(self.positions)
+        return [mine[k] if k in mine else next(rest) for k in range(total)]
+
+    def copy_out_of_graph_memory(self) -> None:
+        self.tensors = [t.clone() for t in self.tensors]
 
 
 def _holding_its_memory(t: torch.Tensor, out: OutputInfo) -> torch.Tensor:

@@ -27,6 +27,9 @@ class AotGraph:
     gm: torch.fx.GraphModule  # the functional aten graph; placeholders are the inputs, in order
     origins: dict[str, tuple[str, ...]] = field(default_factory=dict)  # aten node -> FX nodes
     source_lines: dict[str, SourceLine] = field(default_factory=dict)  # FX node -> user line
+    # A training forward: its outputs from this position on are read by nothing but the
+    # backward and this call's own write-back, so a CUDA graph may return its own memory.
+    internal_from: int | None = None
 
 
 def needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:

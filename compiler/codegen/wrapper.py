@@ -68,7 +68,8 @@ def wrapper_source(schedule: Schedule, kernels: dict[str, KernelSource], title: 
     for launch, frees in zip(schedule.launches, schedule.frees):
         if isinstance(launch, KernelGroup):
             for name in launch.writes:
-                lines.append("    " + _alloc(name, layouts[name]))
+                if name not in names:  # a kernel may write a mutated input in place
+                    lines.append("    " + _alloc(name, layouts[name]))
             lines.append(f"    {kernels[launch.name].call}")
         else:
             lines += ["    " + line for line in _extern_lines(launch, layouts)]

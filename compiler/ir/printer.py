@@ -77,6 +77,7 @@ def format_schedule(schedule) -> str:
             lines.append(
                 f"kernel {launch.name} over [{outer}]" + (f" reducing [{red}]" if red else "")
             )
+            lines += [f"    # {note}" for note in launch.notes]
             for s in launch.steps:
                 kind = s.reduction_type or "pointwise"
                 store = (

@@ -363,11 +363,12 @@ class LoweringContext:
                 env[node.name] = self.lower_node(node, env)
             elif node.op == "output":
                 flat, _ = tree_flatten(node.args[0])
+                internal = self.aot.internal_from
                 outputs = tuple(
-                    self._output(a, env[a.name])
+                    self._output(a, env[a.name], internal is not None and k >= internal)
                     if isinstance(a, torch.fx.Node) and isinstance(env[a.name], TensorValue)
                     else (env[a.name] if isinstance(a, torch.fx.Node) else a)
-                    for a in flat
+                    for k, a in enumerate(flat)
                 )
             else:
                 raise LoweringError(f"unexpected node kind {node.op}")
@@ -375,12 +376,15 @@ class LoweringContext:
         lines = dict(self.aot.source_lines)
         return Graph(tuple(self.inputs), tuple(self.constants), tuple(self.nodes), outputs, lines)
 
-    def _output(self, node: torch.fx.Node, tv: TensorValue) -> TensorArg:
-        """A graph output, with eager's strides where a channels-last graph chose others."""
+    def _output(self, node: torch.fx.Node, tv: TensorValue, internal: bool) -> TensorArg:
+        """A graph output, with eager's strides where a channels-last graph chose others;
+        a training forward's `internal` outputs (read by its backward only) stay as laid
+        out, and the backward, compiled for the tensors it gets, reads them so."""
         val = node.meta.get("val")
         arg = self.realize(tv)
         if (
-            self.channels_last
+            not internal
+            and self.channels_last
             and isinstance(val, torch.Tensor)
             and tuple(val.shape) == tv.size
             and _dense(val)
@@ -495,9 +499,11 @@ def _runs_convolutions_channels_last(gm: torch.fx.GraphModule, device: torch.dev
             return False
     else:
         return False
+    convolutions = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
     for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target is torch.ops.aten.convolution.default:
-            val = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
+        if n.op == "call_function" and n.target in convolutions:
+            arg = n.args[1] if n.target is convolutions[1] else n.args[0]  # the input
+            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
             if (
                 isinstance(val, torch.Tensor)
                 and val.dim() == 4

@@ -53,12 +53,7 @@ def convolution(ctx: LoweringContext, node, x, weight, *args, **kwargs):
     if not (ctx.channels_last and len(x.size) == 4 and len(weight.size) == 4):
         return ctx.extern(node.target, (x, weight, *args), kwargs, note=False)
     cl_weight = channels_last_strides(weight.size)
-    if (
-        ctx.device.type == "cpu"
-        and math.prod(weight.size) >= max(WEIGHT_HEAVY_RATIO * math.prod(x.size), WEIGHT_HEAVY_MIN)
-        and weight.view is not None
-        and not same_strides(weight.size, weight.view.layout.stride, cl_weight)
-    ):
+    if _weight_heavy_on_cpu(ctx, x, weight):
         # Weights much larger than the activations (late stages: 512x512x3x3 on 4x4
         # pixels): oneDNN reorders the weight into its own blocked format in either layout,
         # so NCHW saves copying the weight to NHWC first, for a copy of small activations.
@@ -74,3 +69,45 @@ def convolution(ctx: LoweringContext, node, x, weight, *args, **kwargs):
     size = tuple(ctx.meta().shape)
     layout = Layout(size, channels_last_strides(size), ctx.meta().dtype, ctx.device)
     return ctx.extern(node.target, (x, weight, *args), kwargs, note=False, layouts=[layout])
+
+
+def _weight_heavy_on_cpu(ctx: LoweringContext, x, weight) -> bool:
+    return (
+        ctx.device.type == "cpu"
+        and math.prod(weight.size) >= max(WEIGHT_HEAVY_RATIO * math.prod(x.size), WEIGHT_HEAVY_MIN)
+        and weight.view is not None
+        and not same_strides(
+            weight.size, weight.view.layout.stride, channels_last_strides(weight.size)
+        )
+    )
+
+
+@register_lowering(aten.convolution_backward)
+def convolution_backward(ctx: LoweringContext, node, grad_out, x, weight, *args, **kwargs):
+    """A training backward's convolution in a channels-last graph: its gradient and saved
+    input NHWC, as the forward ran (cuDNN would otherwise transpose both to NHWC and the
+    input's gradient back); NCHW where the CPU forward ran a weight-heavy one NCHW."""
+    if not (ctx.channels_last and len(x.size) == 4 and len(weight.size) == 4):
+        return ctx.extern(node.target, (grad_out, x, weight, *args), kwargs, note=False)
+    heavy = _weight_heavy_on_cpu(ctx, x, weight)
+    strides = contiguous_strides if heavy else channels_last_strides
+    grad_out = ctx.require_strides(grad_out, strides(grad_out.size))
+    x = ctx.require_strides(x, strides(x.size))
+    if ctx.device.type == "cpu" and not heavy:
+        weight = ctx.require_strides(weight, channels_last_strides(weight.size))
+    # The input's gradient comes back laid out as the input, the weight's as the weight
+    # (cuDNN takes an NCHW weight with NHWC activations), the bias's contiguous.
+    own = {0: x, 1: weight}
+    layouts = []
+    for k, v in enumerate(ctx.meta()):
+        if isinstance(v, torch.Tensor):
+            like = own.get(k)
+            size = tuple(v.shape)
+            if like is not None and like.view is not None and like.size == size:
+                stride = like.view.layout.stride
+            else:
+                stride = contiguous_strides(size)
+            layouts.append(Layout(size, tuple(stride), v.dtype, ctx.device))
+    return ctx.extern(
+        node.target, (grad_out, x, weight, *args), kwargs, note=False, layouts=layouts
+    )

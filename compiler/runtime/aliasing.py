@@ -10,6 +10,7 @@ apart: shapes, strides and dtypes are the same).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,16 +35,18 @@ def mutated_inputs(aten_gm: torch.fx.GraphModule) -> list[int]:
 
 
 def shares_memory(args: Sequence[Any], mutated: Sequence[int]) -> bool:
-    """Whether a mutated input shares its storage with another tensor input."""
-    storages: dict[int, list[int]] = {}
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor) and a.numel():
-            storages.setdefault(a.untyped_storage().data_ptr(), []).append(i)
-    return any(
-        len(storages.get(args[i].untyped_storage().data_ptr(), ())) > 1
-        for i in mutated
-        if isinstance(args[i], torch.Tensor) and args[i].numel()
-    )
+    """Whether a mutated input shares its storage with another tensor input. Paid on every
+    call (an optimizer step has hundreds of inputs): one pass, and a second only when some
+    storage is shared at all."""
+    ptrs = [
+        a.untyped_storage().data_ptr() if isinstance(a, torch.Tensor) and a.numel() else None
+        for a in args
+    ]
+    present = [p for p in ptrs if p is not None]
+    if len(set(present)) == len(present):
+        return False
+    counts = Counter(present)
+    return any(ptrs[i] is not None and counts[ptrs[i]] > 1 for i in mutated)
 
 
 def alias_safe(

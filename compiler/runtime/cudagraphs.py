@@ -10,8 +10,15 @@ The first call runs the wrapper once (warm-up: Triton compiles, cuBLAS/cuDNN pic
 algorithms), then captures it. A call whose static inputs are not where the graph read them
 (a parameter replaced by another tensor) captures again. Inputs the graph writes to (a
 BatchNorm's running statistics in training) are written in place when static, and copied
-back from the static buffer otherwise. Outputs are returned as copies: the graph's own
-output memory is overwritten by the next replay.
+back from the static buffer otherwise.
+
+Outputs are returned as copies: the graph's own output memory is overwritten by the next
+replay. The exception is a training forward's internal outputs (`internal_from` on): the
+tensors only its backward reads. Those are returned in the graph's own memory, and the
+backward's graph is captured reading them where they are, so a training step copies none of
+its saved activations. Whoever keeps them past the next replay must copy them first
+(aot/autograd.py does, for a backward still pending). A later call that hands the backward
+other memory than it was captured on runs the backward's kernels without the graph.
 """
 
 from __future__ import annotations
@@ -22,37 +29,66 @@ import torch
 
 from compiler.runtime.static import is_static_address
 
+# Addresses of graph-owned memory handed out as internal outputs: a graph captured later
+# reads such an input in place instead of copying it into a buffer of its own. A stale
+# address here costs nothing: an input is only read in place while it is at that address.
+_handed_out: set[int] = set()
+
+
+def is_handed_out(t: torch.Tensor) -> bool:
+    """`t` is a CUDA graph's internal output: the graph's next replay overwrites it."""
+    return bool(_handed_out) and t.is_cuda and t.data_ptr() in _handed_out
+
 
 class CudaGraphRunner:
     """Runs `call(list of tensors) -> tuple` as a CUDA graph, for one input signature."""
 
-    def __init__(self, call: Callable[[list], Sequence[Any]], mutated: Sequence[int] = ()):
+    def __init__(
+        self,
+        call: Callable[[list], Sequence[Any]],
+        mutated: Sequence[int] = (),
+        internal_from: int | None = None,
+    ):
         self.call = call
         self.mutated = set(mutated)
+        self.internal_from = internal_from
         self.graph: torch.cuda.CUDAGraph | None = None
         self.borrowed: list[tuple[int, int]] = []  # (input position, address captured on)
+        self.handed: list[tuple[int, int]] = []  # the same, for another graph's outputs
         self.owned: list[tuple[int, torch.Tensor]] = []  # (input position, static buffer)
         self.copy_back: list[tuple[int, torch.Tensor]] = []
         self.outputs: Sequence[Any] = ()
         self.captures = 0
+        self.ungraphed_calls = 0
 
     def __call__(self, args: list) -> tuple:
         if self.graph is None or any(args[i].data_ptr() != p for i, p in self.borrowed):
             self._capture(args)
+        elif any(args[i].data_ptr() != p for i, p in self.handed):
+            # Another graph's output, now copied elsewhere (a backward that waited while its
+            # forward ran again): the memory the graph reads holds newer values.
+            self.ungraphed_calls += 1
+            return tuple(self.call(list(args)))
         else:
             for i, buf in self.owned:
                 buf.copy_(args[i])
         self.graph.replay()
         for i, buf in self.copy_back:
             args[i].copy_(buf)
-        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs)
+        cut = len(self.outputs) if self.internal_from is None else self.internal_from
+        return tuple(
+            o.clone() if i < cut and isinstance(o, torch.Tensor) else o
+            for i, o in enumerate(self.outputs)
+        )
 
     def _capture(self, args: list) -> None:
         inputs = list(args)
-        self.borrowed, self.owned = [], []
+        self.borrowed, self.handed, self.owned = [], [], []
         for i, a in enumerate(args):
             if is_static_address(a):
                 self.borrowed.append((i, a.data_ptr()))
+            elif a.data_ptr() in _handed_out and i not in self.mutated:
+                self.handed.append((i, a.data_ptr()))
             else:
                 buf = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
                 inputs[i] = buf.copy_(a)
@@ -73,3 +109,9 @@ class CudaGraphRunner:
             self.outputs = self.call(inputs)
         self.graph = graph
         self.captures += 1
+        if self.internal_from is not None:
+            _handed_out.update(
+                o.data_ptr()
+                for o in self.outputs[self.internal_from :]
+                if isinstance(o, torch.Tensor)
+            )

@@ -1,6 +1,6 @@
 """The fusion scheduler: IR Graph -> Schedule (kernels and extern calls, in order).
 
-Three passes:
+Four passes, and between the first two one more for GPUs:
 
 1. inline — a Pointwise node that nothing needs as a real buffer (not a graph output, not an
    extern argument, not a gather table) is substituted into its consumers' bodies, so chains
@@ -8,6 +8,9 @@ Three passes:
    whose body is large and read by several consumers stay materialised instead of being
    recomputed, and for CPU kernels so do small costly values that consumers broadcast (a
    per-channel rsqrt read per pixel).
+   split — for targets that give their processor count (GPUs), a reduction with few outputs
+   and long rows becomes two stages, partials per chunk then per output, so it fills the
+   device (compiler/scheduler/split.py).
 2. group — the remaining nodes, in order, join an earlier kernel when they iterate over the
    same space (a pointwise node of the kernel's shape, of its reduced input's shape, or of
    its output shape; a reduction over the same input and axes) and every value they read
@@ -17,6 +20,8 @@ Three passes:
    dimensions merged where every address allows (a contiguous 4-d add becomes a 1-d loop),
    `Ref`s for values computed in the same kernel, stores only for buffers needed outside,
    and the buffers each launch frees.
+4. in place — a copy of a new value into a mutated graph input is folded into the kernel
+   computing that value, which then stores into the input directly (inplace.py).
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ from compiler.ir.nodes import (
     op_count,
 )
 from compiler.ir.transform import inline_loads, rewrite, substitute
+from compiler.scheduler.inplace import write_in_place
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule, Step
+from compiler.scheduler.split import split_reductions
 
 INLINE_ALWAYS_OPS = 8  # bodies this small are recomputed in every consumer
 INLINE_MAX_OPS = 160  # larger bodies are materialised rather than recomputed by consumers
@@ -187,8 +194,11 @@ class _Group:
     index: int
     full_size: tuple[int, ...]
     axes: tuple[int, ...]
-    members: list[tuple[Node, str]] = field(default_factory=list)  # (node, "full"|"outer"|"reduce")
+    # (node, "full" | "outer" | "outer_unit" | "reduce")
+    members: list[tuple[Node, str]] = field(default_factory=list)
     space: dict[str, str] = field(default_factory=dict)  # buffer -> "full" | "outer"
+    # buffers of "outer_unit" members: their size-1 dims, which loads address with 0
+    units: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reads: set[str] = field(default_factory=set)  # buffers its members load
 
     @property
@@ -203,11 +213,17 @@ def _full_coords(node: Node, role: str, axes: tuple[int, ...]) -> tuple[tuple, t
         return full, tuple(c for k, c in enumerate(full) if k not in axes)
     if role == "outer":
         return (), tuple(Index.of(v) for v in node.vars)
+    if role == "outer_unit":  # its size-1 dims dropped, it is the kernel's outer space
+        return (), tuple(Index.of(v) for v, s in zip(node.vars, node.size) if s != 1)
     ivars, rvars = iter(node.vars), iter(node.reduction_vars)
     full = tuple(
         Index.of(next(rvars) if k in axes else next(ivars)) for k in range(len(node.input_size))
     )
     return full, tuple(Index.of(v) for v in node.vars)
+
+
+def _without_units(size: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in size if s != 1)
 
 
 def _role(node: Node, g: _Group) -> str | None:
@@ -216,6 +232,15 @@ def _role(node: Node, g: _Group) -> str | None:
             return "full"
         if g.axes and node.size == g.outer_size:
             return "outer"
+        # Batch norm's per-channel math on the statistics, shaped [1, C, 1, 1], after a
+        # reduction to [C]: one more step of the reducing kernel instead of a kernel each.
+        if (
+            g.axes
+            and 1 not in g.outer_size
+            and _without_units(node.size) == g.outer_size
+            and len(node.size) > len(g.outer_size)
+        ):
+            return "outer_unit"
         return None
     if isinstance(node, Reduction) and node.input_size == g.full_size:
         if node.axes == g.axes or (not g.axes and all(sp == "full" for sp in g.space.values())):
@@ -230,7 +255,14 @@ def _fits(node: Node, role: str, g: _Group, axes: tuple[int, ...]) -> bool:
         if space is None:
             continue
         idx = tuple(ld.indices)
-        if space == "full" and (role == "outer" or idx != full):
+        units = g.units.get(ld.buf)
+        if units is not None:
+            # Read per channel by the outer steps only: a full-space node joining here would
+            # run over the whole input in the kernel's grid of channels.
+            if role not in ("outer", "outer_unit") or any(idx[k] != Index.of(0) for k in units):
+                return False
+            idx = tuple(c for k, c in enumerate(idx) if k not in units)
+        if space == "full" and (role in ("outer", "outer_unit") or idx != full):
             return False
         if space == "outer" and idx != outer:
             return False
@@ -274,6 +306,8 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
             g.axes = axes
         g.members.append((node, role))
         g.space[node.name] = "full" if role == "full" else "outer"
+        if role == "outer_unit":
+            g.units[node.name] = tuple(k for k, size in enumerate(node.size) if size == 1)
         g.reads |= deps
         producer[node.name] = g.index
     return launches
@@ -297,11 +331,17 @@ def _extern_deps(node: ExternKernel) -> set[str]:
 # ---- pass 3: finish ------------------------------------------------------------------------
 
 
-def schedule(graph: Graph, materialise_broadcasts: bool = False) -> Schedule:
-    """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`)."""
+def schedule(
+    graph: Graph, materialise_broadcasts: bool = False, processors: int | None = None
+) -> Schedule:
+    """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`). `processors`:
+    how many the target runs at once (a GPU's SMs), for splitting reductions with few
+    outputs into two stages (compiler/scheduler/split.py); None never splits."""
     nodes, names, origins = inline(graph, materialise_broadcasts)
-    launches = group(nodes)
-    layouts = graph.buffer_layouts()
+    split = split_reductions(nodes, names, origins, required_buffers(graph), processors)
+    names, origins = split.names, split.origins
+    launches = group(split.nodes)
+    layouts = graph.buffer_layouts() | split.layouts
     needed_outside = _needed_outside(graph, launches)
     out: list[Launch] = []
     counter = 0
@@ -309,8 +349,9 @@ def schedule(graph: Graph, materialise_broadcasts: bool = False) -> Schedule:
         if isinstance(item, ExternKernel):
             out.append(ExternCall(item))
             continue
-        out.append(_finish(item, layouts, needed_outside, names, origins, counter))
+        out.append(_finish(item, layouts, needed_outside, names, origins, split.notes, counter))
         counter += 1
+    out = write_in_place(out, graph)
     materialised = {b.name: b.layout for b in graph.inputs}
     materialised.update({c.name: c.layout for c in graph.constants})
     for launch in out:
@@ -348,6 +389,7 @@ def _finish(
     needed: set[str],
     names: dict,
     origins: dict,
+    notes: dict[str, str],
     counter: int,
 ) -> KernelGroup:
     outer = make_vars("x", g.outer_size)
@@ -366,6 +408,10 @@ def _finish(
         elif role == "outer":
             mapping = dict(zip((v.name for v in node.vars), outer_idx))
             point = outer_idx
+        elif role == "outer_unit":
+            it = iter(outer_idx)
+            point = tuple(Index.of(0) if s == 1 else next(it) for s in node.size)
+            mapping = dict(zip((v.name for v in node.vars), point))
         else:  # a reduction: its i* are the outer vars, its r* the reduced dims in order
             mapping = dict(zip((v.name for v in node.vars), outer_idx))
             reduced = (c for k, c in enumerate(full) if k in g.axes)
@@ -403,6 +449,7 @@ def _finish(
         writes,
         fused,
         tuple(n.name for n, _ in g.members),
+        tuple(notes[n.name] for n, _ in g.members if n.name in notes),
     )
 
 

@@ -58,6 +58,7 @@ class KernelGroup:
     writes: tuple[str, ...]  # buffers stored
     origins: tuple[str, ...]  # FX node names fused into this kernel
     ir_nodes: tuple[str, ...]  # IR node names fused into this kernel
+    notes: tuple[str, ...] = ()  # lines for the kernel's header (a split reduction's stage)
 
     @property
     def outer_numel(self) -> int:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from compiler import optim
 from compiler.tracer import builtin_fns, construct, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.marked import marked_call
@@ -183,7 +184,12 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
             if special is not None:
                 return special(tx, args, kwargs)
             if args and _is_optimizer(args[0]):
-                raise Break(_optimizer_reason(real.__name__))
+                raise Break(_optimizer_reason(real.__name__, args[0].value))
+            if args and _is_lr_scheduler(args[0]):
+                raise Break(_lr_scheduler_reason(real.__name__))
+            scheduled = optim.scheduled_optimizer(real)
+            if scheduled is not None:  # opt.step once an LR scheduler wrapped it
+                raise Break(_optimizer_reason("step", scheduled))
             if is_torch_function(real):
                 return torch_call(tx, real, args, kwargs)
             if is_skipped(real):
@@ -276,18 +282,28 @@ def _is_optimizer(v: Var) -> bool:
     return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.Optimizer)
 
 
-def _optimizer_reason(method: str) -> str:
+def _is_lr_scheduler(v: Var) -> bool:
+    return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.lr_scheduler.LRScheduler)
+
+
+def _optimizer_reason(method: str, opt: torch.optim.Optimizer) -> str:
     if method == "step":
-        return (
-            "optimizer.step() runs in Python: torch.optim's update runs eagerly between the "
-            "compiled graphs, on the gradients the compiled backward wrote"
-        )
+        return optim.trace_reason(opt)
     if method == "zero_grad":
         return (
             "optimizer.zero_grad() runs in Python: it resets the parameters' .grad attributes, "
             "which a graph does not hold; the next graph starts after it"
         )
     return f"optimizer.{method}() runs in Python: torch.optim is not traced"
+
+
+def _lr_scheduler_reason(method: str) -> str:
+    if method == "step":
+        return (
+            "lr_scheduler.step() runs in Python: it sets the param groups' lr, which a "
+            "compiled optimizer step reads as a tensor input (a new lr does not recompile)"
+        )
+    return f"lr_scheduler.{method}() runs in Python: torch.optim is not traced"
 
 
 def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:

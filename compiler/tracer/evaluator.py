@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from compiler import config, controls, records
+from compiler import config, controls, optim, records
 from compiler.records import (
     CompilerWarning,
     ControlRecord,
@@ -302,7 +302,11 @@ def _lookup(state: CodeState, pc: int, L: dict, G: dict) -> Entry | None:
 
 
 def call_from_python(ctx: CompileContext, target: Any, args: list, kwargs: dict) -> Any:
-    """A call made for real at a graph break: user Python code goes back through the compiler."""
+    """A call made for real at a graph break: user Python code goes back through the compiler,
+    and so does an optimizer step (compiler/optim)."""
+    step = optim.step_call(target, args, kwargs)
+    if step is not None:
+        return optim.run_step(ctx, step, run_function)
     fn, full_args = _compilable(target, args)
     if fn is None:
         return target(*args, **kwargs)

@@ -120,6 +120,21 @@ class GuardSet:
             expr = f"type({source}) is {type_ref} and {source} == {ref}"
         self.add("CONSTANT_MATCH", source, expr, f"{source} == {value!r}", line)
 
+    def constant_tuple(self, source: str, value: tuple, line: SourceLine | None = None) -> None:
+        """A tuple of constants read from an attribute (a convolution's stride, padding and
+        dilation): one check that it is the same tuple object, with its elements compared
+        (exact types) only when it is another one. Per element that was a length, a read,
+        a type and a value check: about a quarter of resnet18's guard function."""
+        ref = self._ref(value, "const")
+        self.namespace["___same_constant"] = same_constant
+        self.add(
+            "CONSTANT_MATCH",
+            source,
+            f"{source} is {ref} or ___same_constant({source}, {ref})",
+            f"{source} == {value!r}",
+            line,
+        )
+
     def identity(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
         ref = self._ref(obj, "obj")
         label = getattr(obj, "__qualname__", None) or type(obj).__name__
@@ -241,6 +256,30 @@ class CompiledGuards:
                 else f"{g.description} (got {short_repr(got)})"
             )
         return "; ".join(parts)
+
+
+def is_constant_tuple(value: Any) -> bool:
+    """A tuple (exactly) of ints, finite floats, bools, strs, None and such tuples."""
+    if type(value) is not tuple:
+        return False
+    for v in value:
+        if type(v) is tuple:
+            if not is_constant_tuple(v):
+                return False
+        elif not (
+            v is None or type(v) in (int, bool, str) or (type(v) is float and math.isfinite(v))
+        ):
+            return False
+    return True
+
+
+def same_constant(a: Any, b: Any) -> bool:
+    """`a` equals the constant `b` with the same exact types, tuples element by element."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(same_constant(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

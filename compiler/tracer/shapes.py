@@ -102,6 +102,12 @@ def python_type(value: Any) -> type:
 _QUOTED = re.compile(r"'[^']*'")
 
 
+def is_attribute_source(source: str) -> bool:
+    """`source` reads an object's attribute somewhere (a module's hyperparameter): its ints
+    stay constants whatever the dynamic policy."""
+    return "." in _QUOTED.sub("", source)
+
+
 @dataclass
 class DynamicPolicy:
     """The dynamic-size decisions of one entry point of a function, across its compiles."""
@@ -149,7 +155,7 @@ class DynamicPolicy:
         attribute (a module's hyperparameters) stay constants."""
         key = f"int {source}"
         self.observed[key] = (value,)
-        if "." in _QUOTED.sub("", source):
+        if is_attribute_source(source):
             return None
         if self.dynamic is True:
             return "dynamic=True"

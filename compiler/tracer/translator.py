@@ -53,7 +53,6 @@ MAX_INLINE_DEPTH = 32
 _STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
 
 
-
 class LazyVar(Var):
     """A root-frame local not read yet: wrapped (and guarded) on first use only."""
 
@@ -77,7 +76,12 @@ class SymFrame:
 
     def line(self, pc: int | None = None) -> SourceLine:
         ins = self.code.instructions[self.pc if pc is None else pc]
-        return SourceLine(self.code.code.co_filename, ins.lineno or 0, self.code.line_text(ins.lineno), self.fn_name)
+        return SourceLine(
+            self.code.code.co_filename,
+            ins.lineno or 0,
+            self.code.line_text(ins.lineno),
+            self.fn_name,
+        )
 
 
 @dataclass
@@ -131,10 +135,12 @@ class Tracer(ExceptionOpcodes):
         self.globals_refs: dict[int, str] = {id(G): "G"}
         locals_ = {name: LazyVar(value, f"L[{name!r}]") for name, value in frame_locals.items()}
         cell_vars = {
-            name: CellVar(cell=cell, name=name, source=f"L[{name!r}]") for name, cell in cells.items()
+            name: CellVar(cell=cell, name=name, source=f"L[{name!r}]")
+            for name, cell in cells.items()
         }
         stack_vars: list[Var] = [
-            NULL if v is calls.REAL_NULL else LazyVar(v, f"L['__stack{i}']") for i, v in enumerate(stack)
+            NULL if v is calls.REAL_NULL else LazyVar(v, f"L['__stack{i}']")
+            for i, v in enumerate(stack)
         ]
         self.root = SymFrame(code, G, "G", locals_, cell_vars, stack_vars, pc, fn_name=fn_name)
 
@@ -179,7 +185,9 @@ class Tracer(ExceptionOpcodes):
             ins = frame.code.instructions[frame.pc]
             self.builder.user_stack = [frame.line()]
             if self.break_at is not None and frame.pc == self.break_at[0]:
-                return TraceResult("break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2])
+                return TraceResult(
+                    "break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2]
+                )
             saved_stack = list(frame.stack)
             saved_kw = frame.kw_names
             self.root_pc = frame.pc
@@ -187,7 +195,9 @@ class Tracer(ExceptionOpcodes):
                 result = self.step(frame, ins)
             except Break as b:
                 if self.unwound is not None:
-                    return self._restart_at_raise(f"{b.reason} (in an exception handler)", [frame.line()])
+                    return self._restart_at_raise(
+                        f"{b.reason} (in an exception handler)", [frame.line()]
+                    )
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 return TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
@@ -197,14 +207,18 @@ class Tracer(ExceptionOpcodes):
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 self.current_root_pc = frame.pc
-                return TraceResult("restart", reason=b.reason, user_stack=[frame.line(), *b.user_stack])
+                return TraceResult(
+                    "restart", reason=b.reason, user_stack=[frame.line(), *b.user_stack]
+                )
             except Raised as r:
                 reason = f"{describe_exception(r.exc)} is raised here and not caught in the graph; it is raised again in Python"
                 if self.unwound is not None:
                     return self._restart_at_raise(reason, r.user_stack or [frame.line()])
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
-                return TraceResult("break", frame=frame, reason=reason, user_stack=r.user_stack or [frame.line()])
+                return TraceResult(
+                    "break", frame=frame, reason=reason, user_stack=r.user_stack or [frame.line()]
+                )
             if result is not None:
                 return TraceResult("return", value=result)
 
@@ -219,7 +233,9 @@ class Tracer(ExceptionOpcodes):
         self.instructions_run += 1
         self.current_frame = frame
         if self.instructions_run > MAX_INSTRUCTIONS:
-            raise Break(f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)")
+            raise Break(
+                f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)"
+            )
         handler = getattr(self, ins.opname, None)
         if handler is None:
             raise Break(f"bytecode {ins.opname} is not supported by the tracer")
@@ -263,7 +279,9 @@ class Tracer(ExceptionOpcodes):
         for name, cell in zip(code.freevars, closure):
             cells[name] = cell
         parent_stack = self.builder.user_stack
-        child = SymFrame(code, g, self.globals_source(g), locals_, cells, [], code.start, fn_name=code.name)
+        child = SymFrame(
+            code, g, self.globals_source(g), locals_, cells, [], code.start, fn_name=code.name
+        )
         if code.is_generator:
             # Run the generator to completion now; its values are what iterating it yields.
             child.yields = []
@@ -428,7 +446,9 @@ class Tracer(ExceptionOpcodes):
     # ---- calls -----------------------------------------------------------------------------------
 
     def KW_NAMES(self, frame, ins):
-        frame.kw_names = ins.argval if isinstance(ins.argval, tuple) else frame.code.code.co_consts[ins.arg]
+        frame.kw_names = (
+            ins.argval if isinstance(ins.argval, tuple) else frame.code.code.co_consts[ins.arg]
+        )
 
     def PRECALL(self, frame, ins):
         pass
@@ -446,7 +466,7 @@ class Tracer(ExceptionOpcodes):
             callable_ = self.resolve(head)
         kwargs = {}
         if kw_names:
-            kwargs = dict(zip(kw_names, args[len(args) - len(kw_names):]))
+            kwargs = dict(zip(kw_names, args[len(args) - len(kw_names) :]))
             args = args[: len(args) - len(kw_names)]
         self.push(frame, calls.call(self, callable_, args, kwargs))
 
@@ -500,7 +520,9 @@ class Tracer(ExceptionOpcodes):
         b = self.pop(frame)
         a = self.pop(frame)
         op = ins.argval if isinstance(ins.argval, str) else dis.cmp_op[ins.arg]
-        self.push(frame, ops.binary(self, ops.COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b))
+        self.push(
+            frame, ops.binary(self, ops.COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b)
+        )
 
     def IS_OP(self, frame, ins):
         b = self.pop(frame)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.tracer.guards import CONSTANT_TYPES
-from compiler.tracer.shapes import SYM_TYPES
+from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple
+from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
@@ -28,6 +28,15 @@ _ITERATOR_TYPES = (type(iter([])), type(iter(())), type(iter(range(0))))
 
 # torch values the graph is specialised on; compared by equality.
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.memory_format, torch.layout, torch.Size)
+
+
+def _constant_items(value: tuple, source: str) -> TupleVar:
+    """A constant tuple whose one guard covers its elements: they get none of their own."""
+    items = [
+        _constant_items(v, f"{source}[{i}]") if type(v) is tuple else ConstVar(v, f"{source}[{i}]")
+        for i, v in enumerate(value)
+    ]
+    return TupleVar(items, source, cls=tuple)
 
 
 def wrap(tx: Tracer, value: Any, source: str) -> Var:
@@ -59,6 +68,9 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         var = ListVar([wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)], source)
         tx.external_containers.append(var)
         return var
+    if is_constant_tuple(value) and is_attribute_source(source):
+        guards.constant_tuple(source, value, line)
+        return _constant_items(value, source)
     if isinstance(value, tuple):
         guards.length(source, value, line)
         items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]

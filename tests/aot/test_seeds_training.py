@@ -62,10 +62,17 @@ def test_seed_000_train_with_optimizer_inside():
     reasons = [b.reason for b in report.functions[0].breaks]
     assert reasons[0].startswith("optimizer.zero_grad() runs in Python")
     assert reasons[1].startswith("loss.backward() runs autograd's engine in Python")
-    assert reasons[2].startswith("optimizer.step() runs in Python")
+    assert reasons[2].startswith("optimizer.step() ends the graph: Adam's update runs as a compiled")
     (graph,) = training_graphs(report)  # forward and loss, compiled with their backward
     assert {k.graph for k in graph.kernels} == {"forward", "backward"}
     assert graph.fallback is None
+    (step,) = [f for f in report.functions if f.name == "adam_step"]  # the compiled update
+    (step_graph,) = step.graphs
+    assert step_graph.fallback is None and not step.warnings
+    # one kernel per parameter at most (small ones of one size share one), and one for the
+    # step counts; every update is written in place (no copies back)
+    assert {k.language for k in step_graph.kernels} == {"cpp"}
+    assert len(step_graph.kernels) <= 1 + len(list(comp_model.parameters()))
 
 
 def test_seed_002_train_with_optimizer_outside():

@@ -414,3 +414,49 @@ def test_reduce_overhead_mode_on_cpu_trains_like_the_default():
         atol=1e-5,
         rtol=1e-5,
     )
+
+
+@pytest.mark.parametrize("emitter", ["cpp", "triton"])
+def test_batch_norm_statistics_and_their_updates_are_one_kernel(emitter, monkeypatch):
+    """Training batch norm: the per-channel sums, then mean, invstd and the running
+    statistics' updates (shaped [1, C, 1, 1] and [C]) in the same reducing kernel, then one
+    kernel normalising; 3 steps match eager."""
+    monkeypatch.setenv("COMPILER_CPU_EMITTER", emitter)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4),
+    )  # fmt: skip
+    report = train_and_compare(
+        model,
+        lambda: (torch.randn(4, 3, 6, 6), torch.randint(4, (4,))),
+        F.cross_entropy,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    (graph,) = training_graphs(report)
+    forward = [k for k in graph.kernels if k.graph == "forward" and k.language != "extern"]
+    (statistics,) = [k for k in forward if "var" in k.name.split("_")]
+    assert "_red_" in statistics.name and "rsqrt" in statistics.name.split("_")
+    # the batch counter, the statistics, the normalisation, then the loss's two kernels
+    assert len(forward) == 5, [k.name for k in forward]
+
+
+def test_channels_last_training_matches_eager(monkeypatch):
+    """The NHWC training path (CUDA's): saved activations stay NHWC for the backward, whose
+    convolutions take NHWC gradients; parameters' gradients keep eager's layout. Run here on
+    the CPU by adding it to the devices that train channels-last."""
+    from compiler.codegen import compile_fx as compile_fx_module
+
+    monkeypatch.setattr(compile_fx_module, "TRAINING_CHANNELS_LAST", frozenset({"cpu"}))
+    model = _cnn()
+    report = train_and_compare(
+        model,
+        lambda: (torch.randn(4, 3, 12, 12), torch.randint(4, (4,))),
+        F.cross_entropy,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    (graph,) = training_graphs(report)
+    assert any("channels-last" in n for n in graph.notes)
+    assert graph.fallback is None

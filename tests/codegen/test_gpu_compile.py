@@ -43,6 +43,19 @@ def test_generated_kernels_compile_for_sm90(tmp_path):
         x,
     )
     compile_and_run(torch.fx.symbolic_trace(lambda x: (x.sum(1), x + 1)), rand(3, 0))
+    # split reductions (compiler/scheduler/split.py): even chunks, then a masked last one
+    split = torch.fx.symbolic_trace(
+        lambda x: (
+            x.sum(1),
+            x.amax(1),
+            (x > 0).any(1),
+            (x > 0).all(1),
+            x.to(torch.int64).sum(1),
+            x.to(torch.float16).sum(1),
+        )
+    )
+    for shape in ((2, 8192), (3, 5003)):
+        compile_and_run(split, rand(*shape))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.getcwd()
     kernels = tmp_path / "cache" / "kernels"

@@ -64,6 +64,46 @@ def test_fast_launch_matches_eager_over_many_calls():
         torch.testing.assert_close(compiled(x), f(x))
 
 
+def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypatch):
+    """Triton 3.6: a launch is the C launcher call alone; once a launch hook is added (what
+    a profiler does), launches go through Triton's launcher object, which calls it."""
+    import triton
+    from triton import knobs
+
+    from compiler.runtime.triton_launch import TritonKernel
+
+    launchers = []
+    original = TritonKernel._launcher
+
+    def recording(self, args):
+        launcher = original(self, args)
+        launchers.append(launcher.__name__)
+        return launcher
+
+    monkeypatch.setattr(TritonKernel, "_launcher", recording)
+
+    def f(x):
+        return torch.cos(x) * 3
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(1000, device="cuda")
+    compiled = compile_fx(gm, [x])
+    torch.testing.assert_close(compiled(x), f(x))
+    if triton.__version__.startswith("3.6"):
+        assert launchers == ["launch"]
+    seen = []
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        x = torch.randn(1000, device="cuda")
+        torch.testing.assert_close(compiled(x), f(x))
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) == 1
+    torch.testing.assert_close(compiled(x), f(x))
+    assert len(seen) == 1
+
+
 def _model() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),

@@ -166,6 +166,35 @@ def test_changed_constant_type_recompiles():
     call_both(scale_by, cf, torch.randn(3), torch.tensor(2.0))
 
 
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.factors = (2, (3, 0.5))
+
+    def forward(self, x):
+        a, (b, c) = self.factors
+        return x * a + b * c + torch.full_like(x, a, dtype=torch.float64)
+
+
+def test_constant_tuple_attribute_is_one_guard_and_changes_recompile():
+    """A module's tuple of constants (a convolution's stride) is guarded as one object: an
+    equal tuple passes, a changed element or element type recompiles."""
+    mod = _Scaled()
+    cf, backend = compiled_with_recorder(mod)
+    call_both(mod, cf, torch.randn(3))
+    guard_source = own_entries(cf)[0].guard_source
+    assert "___same_constant(" in guard_source and "len(" not in guard_source
+    mod.factors = (2, (3, 0.5))  # another tuple object, equal: no recompile
+    call_both(mod, cf, torch.randn(3))
+    assert backend.count == 1
+    mod.factors = (1, (3, 0.25))
+    call_both(mod, cf, torch.randn(3))
+    mod.factors = (True, (3, 0.25))  # equal to the last one, but a bool: another graph
+    call_both(mod, cf, torch.randn(3))
+    assert backend.count == 3
+    assert_recompiled(cf, 3)
+
+
 def test_changed_list_length_recompiles():
     def f(xs):
         return sum(xs) * len(xs)

@@ -1,0 +1,142 @@
+"""The optimizer step alone on a CUDA machine: torch.optim's eager Adam (foreach, its CUDA
+default, and fused), torch.compile's compiled step, and ours (compiler/optim) in the default
+and reduce-overhead modes.
+
+    python benchmarks/optim_gpu.py [--models resnet18,densenet121] [--optimizer adam|adamw|sgd]
+
+The parameters and gradients are a torchvision model's after one backward at batch 16,
+3x128x128 (train_gpu.py's step); every variant steps its own copy with the same gradients.
+Per variant: the first step's time (ours and torch.compile's compile the update there), the
+CUDA-event latency per step, host time per step (the GPU not waited on in the loop), and
+kernels per step from torch.profiler. Ours also prints its kernel count and the worst
+relative difference from eager foreach after the timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("COMPILER_CACHE_DIR", tempfile.mkdtemp(prefix="optim_gpu_"))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+import compiler  # noqa: E402
+
+OPTIMIZERS = {
+    "adam": lambda params, **kw: torch.optim.Adam(params, lr=1e-3, **kw),
+    "adamw": lambda params, **kw: torch.optim.AdamW(params, lr=1e-3, **kw),
+    "sgd": lambda params, **kw: torch.optim.SGD(params, lr=1e-2, momentum=0.9, **kw),
+}
+
+
+def latency_ms(fn: Callable[[], Any], iters: int = 30) -> float:
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def host_ms(fn: Callable[[], Any], iters: int = 30) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    host = (time.perf_counter() - t) * 1000 / iters
+    torch.cuda.synchronize()
+    return host
+
+
+def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return len(kernels) / calls
+
+
+def run(name: str, optimizer: str) -> None:
+    import torchvision
+
+    torch.manual_seed(0)
+    base = getattr(torchvision.models, name)().cuda()
+    x = torch.randn(16, 3, 128, 128, device="cuda")
+    y = torch.randint(1000, (16,), device="cuda")
+    torch.nn.functional.cross_entropy(base(x), y).backward()
+    make = OPTIMIZERS[optimizer]
+    variants: dict[str, tuple[torch.nn.Module, Callable[[], Any]]] = {}
+    for label in ("eager foreach", "eager fused", "torch.compile", "ours default", "ours r-o"):
+        model = copy.deepcopy(base)
+        for p, q in zip(base.parameters(), model.parameters()):
+            q.grad = p.grad.clone()
+        if label == "eager fused":
+            opt = make(model.parameters(), fused=True)
+            fn = opt.step
+        elif label == "torch.compile":
+            opt = make(model.parameters())
+            fn = torch.compile(opt.step)
+        elif label.startswith("ours"):
+            opt = make(model.parameters())
+            mode = "reduce-overhead" if label.endswith("r-o") else None
+            step = compiler.compile(lambda o: o.step(), mode=mode)
+            fn = lambda s=step, o=opt: s(o)  # noqa: E731
+        else:
+            opt = make(model.parameters(), foreach=True)
+            fn = opt.step
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t
+        variants[label] = (model, fn)
+        lat, host = latency_ms(fn), host_ms(fn)
+        kernels = kernels_per_call(fn)
+        extra = ""
+        if label.startswith("ours"):
+            report = compiler.inspect(step)
+            (record,) = [f for f in report.functions if f.name.endswith("_step")]
+            graph = record.graphs[0]
+            extra = f" | {len(graph.kernels)} kernels in the graph; warnings: {record.warnings}"
+        print(
+            f"| {name} | {optimizer} | {label} | {first * 1000:.0f} | {lat:.3f} | {host:.3f} "
+            f"| {kernels:.0f}{extra} |",
+            flush=True,
+        )
+    reference = variants["eager foreach"][0]
+    for label in ("ours default", "ours r-o"):
+        worst = max(
+            ((q - p).norm() / p.norm().clamp_min(1e-12)).item()
+            for p, q in zip(reference.parameters(), variants[label][0].parameters())
+        )
+        print(f"   {label}: worst relative difference from eager foreach {worst:.1e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="resnet18")
+    parser.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZERS))
+    args = parser.parse_args()
+    print(torch.__version__, torch.cuda.get_device_name())
+    print("| model | optimizer | step | first call ms | latency ms | host ms | kernels/step |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        run(name, args.optimizer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""In-place writes of mutated graph inputs: the scheduler's last pass.
+
+The aot stage functionalizes an in-place update of a graph input `x` into a new value `v`
+computed somewhere in the graph and a final `aten.copy_(x, v)`, which the lowering keeps as an
+extern call: the kernel computing `v` stores it into a buffer of its own, and the copy reads
+it back and writes it into `x`. An optimizer step updates every parameter and its state this
+way, so each of those tensors would be written twice and read once more.
+
+Here the kernel computing `v` stores it straight into `x` instead, and the copy goes, when
+that gives eager's answer: nothing that runs between that kernel and the copy reads `x`
+(it must still see the old value), and inside the kernel every read of `x` is at the point
+being stored. Such stores are appended as the kernel's last steps, after every value of the
+point is computed, so reads of `x` by other steps of the same kernel still see the old
+value, whatever order the updates were written in (Adam's new parameter reads the old
+exp_avg, and with weight decay the new exp_avg reads the old parameter). Later kernels that
+read the new value read it from the input too (an optimizer's step counts: updated by one
+small kernel, read by every parameter's). Only pointwise kernels take part: their steps run
+in order at each point, while a reduction kernel's emitters may move its outer steps around
+its loops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch.utils._pytree import tree_flatten
+
+from compiler.ir.nodes import Graph, Load, Ref, TensorArg, Value, loads
+from compiler.ir.transform import rewrite
+from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Step
+
+_COPY = "aten.copy_.default"
+
+
+def write_in_place(launches: list[Launch], graph: Graph) -> list[Launch]:
+    """`launches` with each copy into a graph input folded into the kernel that computes the
+    copied value, where that is safe (see the module docstring)."""
+    inputs = {b.name: b.layout for b in graph.inputs}
+    copies = [c for c in launches if isinstance(c, ExternCall) and c.node.op == _COPY]
+    targets = [_target(c, inputs) for c in copies]
+    written = [t for t in targets if t is not None]
+    out = list(launches)
+    for copy, target in zip(copies, targets):
+        if target is None or written.count(target) != 1:
+            continue
+        _, src = copy.node.args[:2]
+        at = out.index(copy)
+        producer = _producer(out[:at], src.buf)
+        if producer is None:
+            continue
+        k, group = producer
+        step = _step(group, src, graph)
+        if step is None or not _safe(out, k, at, group, step, target, copy, graph):
+            continue
+        needed = _read_elsewhere(out, k, at, src.buf, graph)
+        if needed and _can_redirect(out, k, at, src.buf, target, graph):
+            # later kernels read the input, which holds the value from kernel k on
+            out = [
+                _reading(launch, src.buf, target) if j > k else launch
+                for j, launch in enumerate(out)
+            ]
+            needed = False
+        out[k] = _with_store(group, step, target, still_needed=needed)
+        del out[at]
+    return out
+
+
+def _target(copy: ExternCall, inputs: dict) -> str | None:
+    """The graph input a copy writes, when it writes the whole input."""
+    args = copy.node.args
+    if len(args) < 2 or not isinstance(args[0], TensorArg) or not isinstance(args[1], TensorArg):
+        return None
+    dst = args[0]
+    return dst.buf if inputs.get(dst.buf) == dst.layout else None
+
+
+def _producer(launches: list[Launch], buf: str) -> tuple[int, KernelGroup] | None:
+    for k in range(len(launches) - 1, -1, -1):
+        launch = launches[k]
+        if buf in launch.writes:
+            if isinstance(launch, KernelGroup) and launch.kind == "pointwise":
+                return k, launch
+            return None
+    return None
+
+
+def _step(group: KernelGroup, src: TensorArg, graph: Graph) -> Step | None:
+    """The kernel's step storing the copied value, when the copy reads all of that buffer."""
+    layout = graph.buffer_layouts().get(src.buf)
+    if layout is None or src.layout != layout:
+        return None
+    for s in group.steps:
+        if s.name == src.buf and s.store is not None:
+            return s
+    return None
+
+
+def _safe(
+    launches: list[Launch],
+    k: int,
+    at: int,
+    group: KernelGroup,
+    step: Step,
+    target: str,
+    copy: ExternCall,
+    graph: Graph,
+) -> bool:
+    layouts = graph.buffer_layouts()
+    if layouts[step.name].size != layouts[target].size:
+        return False
+    if layouts[step.name].dtype != layouts[target].dtype:
+        return False
+    if any(target in _reads(launch) for launch in launches[k + 1 : at]):
+        return False  # a later launch reads the old value
+    if any(
+        ld.indices != step.store or ld.mask is not None
+        for s in group.steps
+        for ld in loads(s.value)
+        if ld.buf == target
+    ):
+        return False  # read at another point of the same kernel: a race with the store
+    (result,) = [name for name, _ in copy.node.outputs] or [None]
+    if result is not None:
+        if any(o.buf == result for o in graph.outputs if isinstance(o, TensorArg)):
+            return False
+        if any(result in _reads(launch) for launch in launches[at + 1 :]):
+            return False
+    return True
+
+
+def _reads(launch: Launch) -> set[str]:
+    if isinstance(launch, KernelGroup):
+        return set(launch.reads)
+    node = launch.node
+    flat, _ = tree_flatten((node.args, [v for _, v in node.kwargs]))
+    return {a.buf for a in flat if isinstance(a, TensorArg)}
+
+
+def _read_elsewhere(launches: list[Launch], k: int, at: int, buf: str, graph: Graph) -> bool:
+    """Whether `buf` is needed after the copy goes: an output, or read by another launch."""
+    if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
+        return True
+    return any(buf in _reads(launch) for j, launch in enumerate(launches) if j not in (k, at))
+
+
+def _can_redirect(
+    launches: list[Launch], k: int, at: int, buf: str, target: str, graph: Graph
+) -> bool:
+    """Whether every other reader of `buf` may read `target` instead: kernels after `k` (the
+    input is written there and nowhere else), with the same layout to index."""
+    layouts = graph.buffer_layouts()
+    if layouts[buf] != layouts[target]:
+        return False
+    if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
+        return False
+    return all(
+        isinstance(launch, KernelGroup) and j > k
+        for j, launch in enumerate(launches)
+        if j not in (k, at) and buf in _reads(launch)
+    )
+
+
+def _reading(launch: Launch, buf: str, target: str) -> Launch:
+    """`launch` loading `target` wherever it loaded `buf`."""
+    if not isinstance(launch, KernelGroup) or buf not in launch.reads:
+        return launch
+
+    def on_load(ld: Load, indices: tuple, mask: Value | None) -> Value:
+        return Load(target if ld.buf == buf else ld.buf, indices, ld.dtype, mask)
+
+    steps = tuple(
+        dataclasses.replace(s, value=rewrite(s.value, on_load, lambda i: i)) for s in launch.steps
+    )
+    reads = tuple(dict.fromkeys(target if r == buf else r for r in launch.reads))
+    return dataclasses.replace(launch, steps=steps, reads=reads)
+
+
+def _with_store(group: KernelGroup, step: Step, target: str, still_needed: bool) -> KernelGroup:
+    """`group` storing `step`'s value into `target` as its last step (and into its own
+    buffer only if something else still reads that)."""
+    steps = list(group.steps)
+    if not still_needed:
+        steps[steps.index(step)] = dataclasses.replace(step, store=None)
+    steps.append(Step(target, step.loop, Ref(step.name, step.dtype), step.dtype, None, step.store))
+    writes = tuple(w for w in group.writes if still_needed or w != step.name) + (target,)
+    return dataclasses.replace(group, steps=tuple(steps), writes=writes)

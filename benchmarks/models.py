@@ -77,8 +77,12 @@ RUNNERS = ("eager", "ours", "torch.compile")
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2, torch.float16: 1e-2}
 FP64_MULTIPLIER = 3.0
 FP64_NOISE_MULTIPLIER = 10.0
-# Ours compiled in float64 against eager in float64: the same function up to float64 rounding.
-FLOAT64_EXACT = 1e-9
+# Ours compiled in float64 against eager in float64: the same function up to float64 rounding
+# and eager's own float64 kernels, not all exact: hardsigmoid's backward multiplies by
+# 1.0f / 6.0f, the float32 sixth, 3e-8 off (timm ghostnet_100's train step: every gradient
+# through its squeeze-excite gates is 3.0e-8 off, while with a Python hard sigmoid ours is
+# eager to 8e-11). A different function is off by far more.
+FLOAT64_EXACT = 1e-7
 
 
 # ---- results of one call ---------------------------------------------------------------------

@@ -311,23 +311,7 @@ class _Compiled:
             call = self._load(emitter, sched, kernels, source, device)
         self._records(sched, kernels, source)
         mutated = mutated_inputs(aot.gm)
-        replay = self.mode == "reduce-overhead" and device.type == "cuda"
-        if replay and (self.part or mutated):
-            # On the H100 (2026-11-24) reduce-overhead training steps replayed as CUDA graphs
-            # gave wrong parameters in about one run of three: seed 000's step with
-            # torch.optim's SGD between the graphs, and an Adam step compiled alone between
-            # eager forward and backward (benchmarks/debug_ro_train.py,
-            # tests/aot/test_optimizers_gpu.py); the cause was not found. Until it is,
-            # training halves and graphs that write their inputs run their kernels directly.
-            replay = False
-            note = (
-                "reduce-overhead: this graph runs its kernels without a CUDA graph (training "
-                "graphs and graphs that write their inputs do not replay CUDA graphs yet: "
-                "such replays gave intermittently wrong results on an H100)"
-            )
-            if note not in self.record.notes:
-                self.record.notes.append(note)
-        run = _runner(call, aot, "reduce-overhead" if replay else None, device, mutated)
+        run = _runner(call, aot, self.mode, device, mutated)
         run = alias_safe(run, self.gm.forward, mutated, self.record)
         run.mutated_inputs = mutated
         return run

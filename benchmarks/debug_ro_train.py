@@ -38,7 +38,8 @@ def rel(a, b):
 def run(label, mode, eager_optimizer=False):
     compiler.reset()
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10).cuda()
+    dtype = torch.float64 if os.environ.get("DOUBLE") else torch.float32
+    model = torchvision.models.resnet18(num_classes=10).cuda().to(dtype)
     comp = copy.deepcopy(model)
     train = make_train(torch.optim.SGD(model.parameters(), lr=0.01))
     original = optim_step.why_eager
@@ -48,7 +49,7 @@ def run(label, mode, eager_optimizer=False):
         step = compiler.compile(make_train(torch.optim.SGD(comp.parameters(), lr=0.01)), mode=mode)
         for k in range(3):
             data = (
-                torch.randn(8, 3, 64, 64, device="cuda"),
+                torch.randn(8, 3, 64, 64, device="cuda", dtype=dtype),
                 torch.randint(10, (8,), device="cuda"),
             )
             train(model, data)

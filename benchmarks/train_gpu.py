@@ -75,12 +75,14 @@ def make_train(opt: torch.optim.Optimizer) -> Callable:
     return train
 
 
-def grads_error(base: torch.nn.Module, data: tuple, compile_fn: Callable) -> float:
-    """Largest relative gradient error of one compiled forward+backward against eager, in
-    full fp32: under TF32 (cuDNN's default) eager and compiled code pick different cuDNN
-    algorithms whose rounding alone moves resnet18's first-layer gradient by several percent
-    (tests/aot/test_training_gpu.py holds TF32 results to the fp32 answer instead)."""
-    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+def grads_error(base: torch.nn.Module, data: tuple, compile_fn: Callable) -> tuple[float, float]:
+    """Largest relative gradient error of one forward+backward in full fp32 against eager in
+    float64 from the same weights and batch: (eager fp32's, ours'). These models' fp32
+    gradients are ill-conditioned (on the H100, 2026-11-24, eager's own densenet121 batch-norm
+    gradient was 9e-2 off float64, resnet18's 5e-3, and ours in float64 matched float64 eager
+    to 2e-10): the compiled step is held to eager's distance from the exact answer, not to
+    eager's float32 result. TF32 is off (its NCHW and NHWC algorithms differ further)."""
+    ref, eager, comp = copy.deepcopy(base).double(), copy.deepcopy(base), copy.deepcopy(base)
 
     def fwd_bwd(mod, data):
         torch.nn.CrossEntropyLoss()(mod(data[0]), data[1]).backward()
@@ -89,14 +91,19 @@ def grads_error(base: torch.nn.Module, data: tuple, compile_fn: Callable) -> flo
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.backends.cudnn.flags(allow_tf32=False):
+            fwd_bwd(ref, (data[0].double(), data[1]))
             fwd_bwd(eager, data)
             compile_fn(fwd_bwd)(comp, data)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
-    worst = 0.0
-    for p, q in zip(eager.parameters(), comp.parameters()):
-        worst = max(worst, ((q.grad - p.grad).norm() / (p.grad.norm() + 1e-12)).item())
-    return worst
+
+    def worst(mod: torch.nn.Module) -> float:
+        return max(
+            ((q.grad.double() - p.grad).norm() / (p.grad.norm() + 1e-30)).item()
+            for p, q in zip(ref.parameters(), mod.parameters())
+        )
+
+    return worst(eager), worst(comp)
 
 
 def bench(name: str, iters: int, with_torch: bool = True) -> dict:
@@ -138,9 +145,12 @@ def bench(name: str, iters: int, with_torch: bool = True) -> dict:
                 row["notes"].append(f"{key} failed: {type(exc).__name__}: {str(exc)[:160]}")
     compiler.reset()
     try:
-        error = grads_error(base, data, compiler.compile)
-        verdict = "ok" if error < 1e-3 else "MISMATCH"
-        row["notes"].append(f"ours: gradients vs eager, max relative error {error:.1e} ({verdict})")
+        eager_err, ours_err = grads_error(base, data, compiler.compile)
+        verdict = "ok" if ours_err <= 3 * eager_err + 1e-6 else "MISMATCH"
+        row["notes"].append(
+            f"gradients vs eager in float64, worst relative error: ours {ours_err:.1e}, "
+            f"eager fp32 {eager_err:.1e} ({verdict})"
+        )
     except Exception as exc:
         row["notes"].append(f"gradient check failed: {type(exc).__name__}: {str(exc)[:160]}")
     return row

@@ -7,11 +7,12 @@
 The step is seed 000's `train(mod, data)`: `opt.zero_grad(True)`, forward, cross-entropy,
 `loss.backward()`, `opt.step()` with Adam, on a batch of 16 x 3x128x128 fp32 images and
 1000 classes. Each compiler compiles that whole function (ours breaks the graph at the
-optimizer calls and at backward, compiling the forward+loss with its backward; torch.compile
-traces the optimizer too), in the default and the reduce-overhead mode, each from a fresh
+optimizer calls and at backward, compiling the forward+loss with its backward and Adam's
+update as a step of its own, compiler/optim; torch.compile traces the optimizer too), in the default and the reduce-overhead mode, each from a fresh
 copy of the same model and fresh caches, so the first call is a cold compile. Timed with CUDA
 events: the median of --iters steps after warm-up. Before timing, the compiled step's
-gradients are checked against eager's for the same weights and batch.
+gradients are checked against eager's in float64 for the same weights and batch (eager's
+own fp32 distance from it is the yardstick: see grads_error).
 
 Prints one table (and notes). torch.compile appears here only as the comparison anchor.
 """

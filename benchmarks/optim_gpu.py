@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -31,35 +30,13 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
+from benchmarks.profile_gpu import host_ms, median_ms  # noqa: E402
 
 OPTIMIZERS = {
     "adam": lambda params, **kw: torch.optim.Adam(params, lr=1e-3, **kw),
     "adamw": lambda params, **kw: torch.optim.AdamW(params, lr=1e-3, **kw),
     "sgd": lambda params, **kw: torch.optim.SGD(params, lr=1e-2, momentum=0.9, **kw),
 }
-
-
-def latency_ms(fn: Callable[[], Any], iters: int = 30) -> float:
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def host_ms(fn: Callable[[], Any], iters: int = 30) -> float:
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    host = (time.perf_counter() - t) * 1000 / iters
-    torch.cuda.synchronize()
-    return host
 
 
 def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
@@ -104,7 +81,7 @@ def run(name: str, optimizer: str) -> None:
         torch.cuda.synchronize()
         first = time.perf_counter() - t
         variants[label] = (model, fn)
-        lat, host = latency_ms(fn), host_ms(fn)
+        lat, host = median_ms(fn), host_ms(fn)
         kernels = kernels_per_call(fn)
         extra = ""
         if label.startswith("ours"):

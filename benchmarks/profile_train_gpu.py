@@ -18,7 +18,6 @@ import copy
 import cProfile
 import os
 import pstats
-import statistics
 import sys
 import tempfile
 import time
@@ -32,42 +31,8 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
-
-
-def make_train(opt: torch.optim.Optimizer) -> Callable:
-    def train(mod, data):
-        opt.zero_grad(True)
-        pred = mod(data[0])
-        loss = torch.nn.CrossEntropyLoss()(pred, data[1])
-        loss.backward()
-        opt.step()
-
-    return train
-
-
-def median_ms(fn: Callable[[], Any], iters: int = 20, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def host_ms(fn: Callable[[], Any], iters: int = 20) -> float:
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    host = (time.perf_counter() - t) * 1000 / iters
-    torch.cuda.synchronize()
-    return host
+from benchmarks.profile_gpu import host_ms  # noqa: E402
+from benchmarks.train_gpu import make_train, median_ms  # noqa: E402
 
 
 def gpu_busy(fn: Callable[[], Any], calls: int = 3) -> tuple[float, int, Any]:
@@ -127,7 +92,7 @@ def run_model(name: str, detail: bool) -> None:
     print("|---|---|---|---|---|")
     averages = {}
     for label, fn in steps.items():
-        lat, host = median_ms(fn), host_ms(fn)
+        lat, host = median_ms(fn, 20), host_ms(fn, 20)
         busy, count, averages[label] = gpu_busy(fn)
         print(f"| {label} | {lat:.2f} | {host:.2f} | {busy:.2f} | {count} |", flush=True)
     if not detail:

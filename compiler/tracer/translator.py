@@ -20,12 +20,13 @@ from compiler.tracer import binding, calls
 from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, InlineBreak, Raised
 from compiler.tracer.bytecode import PY312, Code, Instr, decode
+from compiler.tracer.container_opcodes import ContainerOpcodes
 from compiler.tracer.exception_opcodes import ExceptionOpcodes
 from compiler.tracer.exceptions import describe_exception
 from compiler.tracer.graph_builder import GraphBuilder
 from compiler.tracer.guards import GuardSet
 from compiler.tracer.objects import AttrWrites
-from compiler.tracer.shapes import DynamicPolicy, concrete
+from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.variables import (
     NULL,
     CellVar,
@@ -34,16 +35,13 @@ from compiler.tracer.variables import (
     ExceptionVar,
     FunctionVar,
     IteratorVar,
-    ListVar,
     NullVar,
     ObjVar,
-    SetVar,
     SliceVar,
     SuperVar,
     TupleVar,
     Var,
     as_python_constant,
-    is_python_constant,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -93,7 +91,7 @@ class TraceResult:
     user_stack: list[SourceLine] = field(default_factory=list)
 
 
-class Tracer(ExceptionOpcodes):
+class Tracer(ContainerOpcodes, ExceptionOpcodes):
     def __init__(
         self,
         code: Code,
@@ -596,116 +594,6 @@ class Tracer(ExceptionOpcodes):
         obj = self.resolve(frame.stack[-2])
         ops.delitem(self, obj, index)
         del frame.stack[-2:]
-
-    # ---- building containers -------------------------------------------------------------------
-
-    def BUILD_TUPLE(self, frame, ins):
-        self.push(frame, TupleVar(self.popn(frame, ins.arg)))
-
-    def BUILD_LIST(self, frame, ins):
-        self.push(frame, ListVar(self.popn(frame, ins.arg)))
-
-    def BUILD_SET(self, frame, ins):
-        items = self.popn(frame, ins.arg)
-        if not all(is_python_constant(i) for i in items):
-            raise Break("a set of tensors")
-        self.push(frame, SetVar(items))
-
-    def BUILD_MAP(self, frame, ins):
-        flat = self.popn(frame, 2 * ins.arg)
-        items = {}
-        for k, v in zip(flat[::2], flat[1::2]):
-            items[ops.dict_key(k)] = v
-        self.push(frame, DictVar(items))
-
-    def BUILD_CONST_KEY_MAP(self, frame, ins):
-        keys = as_python_constant(self.pop(frame))
-        values = self.popn(frame, ins.arg)
-        self.push(frame, DictVar(dict(zip(keys, values))))
-
-    def BUILD_SLICE(self, frame, ins):
-        parts = self.popn(frame, ins.arg)
-        if len(parts) == 2:
-            parts.append(ConstVar(None))
-        self.push(frame, SliceVar(*parts))
-
-    def BUILD_STRING(self, frame, ins):
-        parts = self.popn(frame, ins.arg)
-        self.push(frame, ConstVar("".join(as_python_constant(p) for p in parts)))
-
-    def FORMAT_VALUE(self, frame, ins):
-        flags = ins.arg or 0
-        spec = as_python_constant(self.pop(frame)) if flags & 0x04 else ""
-        value = self.pop(frame)
-        if not is_python_constant(value) or isinstance(value, ObjVar):
-            raise Break("an f-string formats a value that is not a Python constant")
-        v = concrete(as_python_constant(value))  # a symbolic size formats as its value
-        conv = flags & 0x03
-        if conv == 1:
-            v = str(v)
-        elif conv == 2:
-            v = repr(v)
-        elif conv == 3:
-            v = ascii(v)
-        self.push(frame, ConstVar(format(v, spec)))
-
-    def LIST_APPEND(self, frame, ins):
-        v = self.pop(frame)
-        target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_list(target).items.append(v)
-
-    def LIST_EXTEND(self, frame, ins):
-        v = self.pop(frame)
-        target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_list(target).items.extend(ops.unpack_iterable(self, v))
-
-    def LIST_TO_TUPLE(self, frame, ins):
-        v = self.pop(frame)
-        self.push(frame, TupleVar(list(v.items)))
-
-    def SET_ADD(self, frame, ins):
-        v = self.pop(frame)
-        target = frame.stack[-ins.arg]
-        if not isinstance(target, SetVar) or not is_python_constant(v):
-            raise Break("set of non-constants")
-        target.items.append(v)
-
-    def SET_UPDATE(self, frame, ins):
-        v = self.pop(frame)
-        target = frame.stack[-ins.arg]
-        if not isinstance(target, SetVar):
-            raise Break("set update")
-        target.items.extend(ops.unpack_iterable(self, v))
-
-    def MAP_ADD(self, frame, ins):
-        value = self.pop(frame)
-        key = self.pop(frame)
-        target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_dict(target).items[ops.dict_key(key)] = value
-
-    def DICT_UPDATE(self, frame, ins):
-        v = self.pop(frame)
-        target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_dict(target).items.update(ops.as_dict(self, v).items)
-
-    DICT_MERGE = DICT_UPDATE
-
-    def UNPACK_SEQUENCE(self, frame, ins):
-        items = ops.unpack_iterable(self, self.pop(frame))
-        if len(items) != ins.arg:
-            raise Break(f"unpacking {len(items)} values into {ins.arg} names")
-        for v in reversed(items):
-            self.push(frame, v)
-
-    def UNPACK_EX(self, frame, ins):
-        items = ops.unpack_iterable(self, self.pop(frame))
-        before, after = ins.arg & 0xFF, ins.arg >> 8
-        if len(items) < before + after:
-            raise Break("not enough values to unpack")
-        rest = ListVar(items[before : len(items) - after])
-        ordered = items[:before] + [rest] + items[len(items) - after :]
-        for v in reversed(ordered):
-            self.push(frame, v)
 
     # ---- iteration and jumps ---------------------------------------------------------------------
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import cProfile
 import os
-import pstats
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
-from benchmarks.profile_gpu import host_ms  # noqa: E402
+from benchmarks.profile_gpu import host_ms, python_profile  # noqa: E402
 from benchmarks.train_gpu import make_train, median_ms  # noqa: E402
 
 
@@ -44,18 +42,6 @@ def gpu_busy(fn: Callable[[], Any], calls: int = 3) -> tuple[float, int, Any]:
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy = sum(e.device_time for e in kernels) / 1000 / calls
     return busy, len(kernels) // calls, prof.key_averages()
-
-
-def python_profile(fn: Callable[[], Any], name: str, calls: int = 10) -> None:
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    prof.disable()
-    print(f"-- {name}: Python functions by own time ({calls} steps)")
-    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 
 
 def run_model(name: str, detail: bool) -> None:

@@ -8,19 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import compiler
 from compiler.aot import autograd
 from compiler.codegen.compile_fx import compile_fx
-
-
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPILER_STRICT", "1")
-    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
-    compiler.reset()
-    torch.manual_seed(0)
-    yield
-    compiler.reset()
 
 
 def f(x, w1, w2):

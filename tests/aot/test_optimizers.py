@@ -16,26 +16,10 @@ import compiler
 from compiler import config
 from compiler.records import FunctionRecord
 from tests.aot.helpers import assert_state_close
+from tests.aot.test_training import _mlp
 
 # fp32: the compiled update may round a few operations differently from eager's
 TOL = {"rtol": 1e-6, "atol": 1e-7}
-
-
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPILER_STRICT", "1")  # a fallback to eager would hide a bug
-    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
-    compiler.reset()
-    torch.manual_seed(0)
-    yield
-    compiler.reset()
-
-
-def _mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 16), torch.nn.Tanh(),
-        torch.nn.Linear(16, 5),
-    )  # fmt: skip
 
 
 def _cnn() -> torch.nn.Module:

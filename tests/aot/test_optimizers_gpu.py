@@ -23,15 +23,9 @@ TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPILER_STRICT", "1")
-    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
+def fp32(monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    compiler.reset()
-    torch.manual_seed(0)
-    yield
-    compiler.reset()
 
 
 def _cnn() -> torch.nn.Module:

@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 import torch
 import torchvision
 
 import compiler
 from tests.aot.helpers import assert_state_close, training_graphs
-
-
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPILER_STRICT", "1")
-    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
-    compiler.reset()
-    torch.manual_seed(0)
-    yield
-    compiler.reset()
 
 
 def _model() -> torch.nn.Module:

@@ -16,16 +16,6 @@ from compiler.records import GraphRecord, compiling_graph
 from tests.aot.helpers import train_and_compare, training_graphs
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPILER_STRICT", "1")  # a fallback to eager would hide a bug
-    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
-    compiler.reset()
-    torch.manual_seed(0)
-    yield
-    compiler.reset()
-
-
 def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 16), torch.nn.Tanh(),

@@ -26,16 +26,6 @@ def tf32(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("COMPILER_STRICT", "1")
-    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
-    compiler.reset()
-    torch.manual_seed(0)
-    yield
-    compiler.reset()
-
-
 def _cnn() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),

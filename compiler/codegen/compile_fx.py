@@ -292,7 +292,11 @@ class _Compiled:
             # NHWC for the backward (lowering keeps a forward's internal outputs as laid out).
             cpp = emitter.language == "cpp"
             channels_last = not self.part or device.type in TRAINING_CHANNELS_LAST
-            graph, notes = lower(aot, self.inputs, channels_last=channels_last)
+            # Triton computes variances in one Welford pass. The C++ kernels keep two passes
+            # in one kernel: their reduction loops vectorise with OpenMP `simd reduction(+)`
+            # clauses, which a Welford state (three values, a division per element) cannot
+            # use, and they never split a reduction, where Welford saves whole kernels.
+            graph, notes = lower(aot, self.inputs, channels_last=channels_last, welford=not cpp)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             # Emitters for parallel devices say how many processors to fill (Triton: the

@@ -29,7 +29,9 @@ from compiler.ir.nodes import (
     Load,
     Op,
     Ref,
+    WELFORD_TYPES,
     Value,
+    Welford,
     address,
     iter_values,
 )
@@ -397,8 +399,12 @@ class _KernelWriter:
 
     def emit_reduction(self, step: Step, scope: _Scope) -> None:
         """Persistent: the whole row is in `scope`."""
-        v, _ = self.value(step.value, scope)
         rt = step.reduction_type
+        if rt in WELFORD_TYPES:
+            mean, m2 = self.welford_row(step.value, scope)
+            self.finish_reduction(step, (mean if rt == "welford_mean" else m2, 1), scope)
+            return
+        v, _ = self.value(step.value, scope)
         masked = f"tl.where(xmask & rmask, {v}, {self.identity(step)})"
         if rt in ("argmax", "argmin"):
             idx = "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
@@ -409,6 +415,49 @@ class _KernelWriter:
         else:
             out = self.tmp(scope, self.reduce_block(step, masked, scope), 1)
         self.finish_reduction(step, out, scope)
+
+    def welford_row(self, body: Welford, scope: _Scope) -> tuple[str, str]:
+        """(mean, m2) over a whole row held in registers (persistent kernels), computed once
+        for the welford_mean and welford_m2 steps of one body. Single elements: the mean,
+        then the squared deviations from it, both from registers (two passes over values
+        already loaded are exact where one running update only approximates); partial states
+        (a split reduction's second stage): combined with `welford_combine`."""
+        hit = scope.lookup(("welford", body))
+        if hit is not None:
+            return hit
+        acc = TL_DTYPES[body.dtype]
+        mean_in, _ = self.value(body.mean, scope)
+        weight_in, _ = self.value(body.weight, scope)
+        weight, _ = self.tmp(scope, f"tl.where(xmask & rmask, {weight_in}, 0).to({acc})", 2)
+        if body.single_elements:
+            total, _ = self.tmp(scope, f"tl.sum({weight}, 1)[:, None]", 1)
+            x, _ = self.tmp(scope, f"tl.where({weight} != 0, {mean_in}, 0)", 2)
+            # an empty row's mean is 0, as `welford_combine` leaves it (its m2 is 0 either way)
+            share = f"tl.where({total} == 0, 1, {total})"
+            mean, _ = self.tmp(scope, f"tl.sum({x} * {weight}, 1)[:, None] / {share}", 1)
+            dev, _ = self.tmp(scope, f"tl.where({weight} != 0, {x} - {mean}, 0)", 2)
+            m2, _ = self.tmp(scope, f"tl.sum({dev} * {dev} * {weight}, 1)[:, None]", 1)
+        else:
+            m2_in, _ = self.value(body.m2, scope)
+            parts = [
+                self.tmp(scope, f"tl.where({weight} != 0, {v}, 0).to({acc})", 2)[0]
+                for v in (mean_in, m2_in)
+            ]
+            mean, m2 = self.names(2)
+            scope.lines.append(
+                f"{scope.indent}{mean}, {m2}, _ = tl.reduce(({parts[0]}, {parts[1]}, {weight}), "
+                "1, welford_combine)"
+            )
+            mean, _ = self.tmp(scope, f"{mean}[:, None]", 1)
+            m2, _ = self.tmp(scope, f"{m2}[:, None]", 1)
+        scope.cache[("welford", body)] = (mean, m2)
+        return mean, m2
+
+    def names(self, n: int) -> list[str]:
+        """Fresh tmpN names for values a statement assigns several at a time."""
+        out = [f"tmp{self.count + k}" for k in range(n)]
+        self.count += n
+        return out
 
     def finish_reduction(self, step: Step, out: tuple[str, int], scope: _Scope) -> None:
         if step.value.dtype != step.dtype and step.reduction_type not in ("argmax", "argmin"):
@@ -510,7 +559,17 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
         if k == nloops:
             break
         members = [s for s in g.steps if loop_of.get(s.name) == k]
-        reductions = [s for s in members if s.reduction_type is not None]
+        reductions = [s for s in members if s.reduction_type not in (None, *WELFORD_TYPES)]
+        # Welford steps of one body (a variance's m2 and a split's partial means) share
+        # running mean, m2 and weight accumulators, one state per lane.
+        welford: dict[Welford, str] = {}
+        for s in members:
+            if s.reduction_type in WELFORD_TYPES and s.value not in welford:
+                welford[s.value] = acc = f"_{s.name}"
+                for part in ("mean", "m2", "weight"):
+                    top.lines.append(
+                        f"    {acc}_{part} = tl.zeros([XBLOCK, RBLOCK], {TL_DTYPES[s.value.dtype]})"
+                    )
         for s in reductions:
             dt = TL_DTYPES[s.value.dtype] if s.reduction_type not in ("any", "all") else "tl.int8"
             top.lines.append(f"    _{s.name} = tl.full([XBLOCK, RBLOCK], {w.identity(s)}, {dt})")
@@ -523,9 +582,15 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
         inner.lines.append("        rindex = roffset + rbase")
         inner.lines.append("        rmask = rindex < rnumel")
         w.define_vars(inner, g.reduction, "rindex")
+        updated: set[str] = set()
         for s in members:
             if s.reduction_type is None:
                 w.store(s, w.value(s.value, inner), inner)
+                continue
+            if s.reduction_type in WELFORD_TYPES:
+                if welford[s.value] not in updated:
+                    updated.add(welford[s.value])
+                    _welford_update(w, s.value, welford[s.value], inner)
                 continue
             v, _ = w.value(s.value, inner)
             masked = f"tl.where(xmask & rmask, {v}, {w.identity(s)})"
@@ -548,6 +613,20 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                 )
                 continue
             inner.lines.append(f"        {acc} = {update}")
+        reduced: dict[str, tuple[str, str]] = {}
+        for s in members:
+            if s.reduction_type not in WELFORD_TYPES:
+                continue
+            acc = welford[s.value]
+            if acc not in reduced:
+                mean, m2 = w.names(2)
+                top.lines.append(
+                    f"    {mean}, {m2}, _ = tl.reduce(({acc}_mean, {acc}_m2, {acc}_weight), 1, "
+                    "welford_combine)"
+                )
+                reduced[acc] = (w.tmp(top, f"{mean}[:, None]", 1)[0], w.tmp(top, f"{m2}[:, None]", 1)[0])
+            mean, m2 = reduced[acc]
+            w.finish_reduction(s, (mean if s.reduction_type == "welford_mean" else m2, 1), top)
         for s in reductions:
             acc = f"_{s.name}"
             if s.reduction_type in ("argmax", "argmin"):
@@ -558,6 +637,38 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
             else:
                 out = w.tmp(top, w.reduce_block(s, acc, top), 1)
             w.finish_reduction(s, out, top)
+
+
+def _welford_update(w: _KernelWriter, body: Welford, acc: str, scope: _Scope) -> None:
+    """Fold this block's states into each lane's running state `acc`; masked-off lanes (past
+    the row's end, or weight 0) leave it as it was."""
+    dt = TL_DTYPES[body.dtype]
+    mean_in, _ = w.value(body.mean, scope)
+    weight_in, _ = w.value(body.weight, scope)
+    weight, _ = w.tmp(scope, f"tl.where(xmask & rmask, {weight_in}, 0).to({dt})", 2)
+    mean, _ = w.tmp(scope, f"tl.where({weight} != 0, {mean_in}, 0).to({dt})", 2)
+    if body.single_elements:
+        m2 = "0.0"
+    else:
+        m2_in, _ = w.value(body.m2, scope)
+        m2, _ = w.tmp(scope, f"tl.where({weight} != 0, {m2_in}, 0).to({dt})", 2)
+    state = f"{acc}_mean, {acc}_m2, {acc}_weight"
+    scope.lines.append(
+        f"{scope.indent}{state} = welford_combine({state}, {mean}, {m2}, {weight})"
+    )
+
+
+# Chan et al.'s combination of two Welford states (weight elements of mean `mean` whose squared
+# deviations from it sum to m2); weight 0 on both sides gives the empty state back. Emitted
+# into each kernel that reduces Welford states, for the loop updates and for `tl.reduce`.
+WELFORD_COMBINE = """\
+@triton.jit
+def welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
+    weight = weight_a + weight_b
+    share_b = weight_b / tl.where(weight == 0, 1, weight)
+    delta = mean_b - mean_a
+    return mean_a + delta * share_b, m2_a + m2_b + delta * delta * weight_a * share_b, weight
+"""
 
 
 def _header(group: KernelGroup, schedule: Schedule, w: _KernelWriter) -> list[str]:
@@ -591,6 +702,8 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     lines = _header(group, schedule, w)
     lines += ["import triton", "import triton.language as tl", ""]
     lines += ["from compiler.runtime import triton_helpers as th", "", ""]
+    if any(step.reduction_type in WELFORD_TYPES for step in group.steps):
+        lines += [*WELFORD_COMBINE.splitlines(), "", ""]
     # The function is named without the graph-local counter, so kernels that differ only in
     # where they sit in the graph have the same source and share Triton's compile cache.
     base = _SUFFIX.sub("", group.name)

@@ -7,7 +7,7 @@ from typing import Callable, Mapping
 import torch
 
 from compiler.ir.index import Index
-from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value
+from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value, Welford
 
 
 def rewrite(
@@ -32,6 +32,8 @@ def rewrite(
             out = on_load(v, indices, mask)
         elif isinstance(v, IndexValue):
             out = IndexValue(on_index(v.index), v.dtype)
+        elif isinstance(v, Welford):
+            out = Welford(go(v.mean), go(v.m2), go(v.weight), v.dtype)
         elif isinstance(v, (Constant, Ref)):
             out = v
         else:

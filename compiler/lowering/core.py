@@ -95,6 +95,9 @@ class LoweringContext:
         # contiguous channels (decided in `run`, as Inductor's layout optimisation).
         self.channels_last = False
         self.allow_channels_last = True
+        # Variances as one-pass Welford reductions (for emitters that implement them), else
+        # as two passes: the mean, then the sum of squared deviations.
+        self.welford = False
         self._count = 0
 
     # ---- names and provenance -----------------------------------------------------------
@@ -428,15 +431,20 @@ class LoweringContext:
 
 
 def lower(
-    aot: AotGraph, example_inputs: Sequence[torch.Tensor], channels_last: bool = True
+    aot: AotGraph,
+    example_inputs: Sequence[torch.Tensor],
+    channels_last: bool = True,
+    welford: bool = False,
 ) -> tuple[Graph, list[str]]:
     """Lower the aten graph; returns the IR graph and notes (extern fallbacks).
-    `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC."""
+    `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC.
+    `welford`: variances become Welford reductions (the emitter must implement them)."""
     # The rule modules register themselves on import.
     from compiler.lowering import externs, indexing, pointwise, reductions, views  # noqa: F401
 
     ctx = LoweringContext(aot)
     ctx.allow_channels_last = channels_last
+    ctx.welford = welford
     graph = ctx.run(example_inputs)
     notes = list(dict.fromkeys(ctx.notes))
     if ctx.mutated_inputs:

@@ -23,13 +23,13 @@ import torch
 from compiler.codegen.common import KernelSource, store_order
 from compiler.ir.index import Index, Var, render, unflatten
 from compiler.ir.nodes import (
+    WELFORD_TYPES,
     Constant,
     IndexValue,
     Layout,
     Load,
     Op,
     Ref,
-    WELFORD_TYPES,
     Value,
     Welford,
     address,
@@ -624,7 +624,10 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                     f"    {mean}, {m2}, _ = tl.reduce(({acc}_mean, {acc}_m2, {acc}_weight), 1, "
                     "welford_combine)"
                 )
-                reduced[acc] = (w.tmp(top, f"{mean}[:, None]", 1)[0], w.tmp(top, f"{m2}[:, None]", 1)[0])
+                reduced[acc] = (
+                    w.tmp(top, f"{mean}[:, None]", 1)[0],
+                    w.tmp(top, f"{m2}[:, None]", 1)[0],
+                )
             mean, m2 = reduced[acc]
             w.finish_reduction(s, (mean if s.reduction_type == "welford_mean" else m2, 1), top)
         for s in reductions:
@@ -653,9 +656,7 @@ def _welford_update(w: _KernelWriter, body: Welford, acc: str, scope: _Scope) ->
         m2_in, _ = w.value(body.m2, scope)
         m2, _ = w.tmp(scope, f"tl.where({weight} != 0, {m2_in}, 0).to({dt})", 2)
     state = f"{acc}_mean, {acc}_m2, {acc}_weight"
-    scope.lines.append(
-        f"{scope.indent}{state} = welford_combine({state}, {mean}, {m2}, {weight})"
-    )
+    scope.lines.append(f"{scope.indent}{state} = welford_combine({state}, {mean}, {m2}, {weight})")
 
 
 # Chan et al.'s combination of two Welford states (weight elements of mean `mean` whose squared

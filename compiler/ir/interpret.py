@@ -224,9 +224,7 @@ def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
             if isinstance(node.body, Welford):
                 value = _welford(node, env, buffers, layouts)
             else:
-                full = eval_value(
-                    node.body, env, buffers, layouts, node.size + node.reduction_size
-                )
+                full = eval_value(node.body, env, buffers, layouts, node.size + node.reduction_size)
                 full = full.reshape(node.size + (math.prod(node.reduction_size),))
                 value = (
                     _COMBINE[node.reduction_type](full)

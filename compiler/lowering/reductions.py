@@ -121,7 +121,12 @@ def prims_var(
     denom = Constant(float(max(n - correction, 0)), acc)
     if ctx.welford:
         m2 = ctx.reduction(
-            x, axes, "welford_m2", acc, acc, body_fn=lambda full: Welford.of(cast(x.load(full), acc))
+            x,
+            axes,
+            "welford_m2",
+            acc,
+            acc,
+            body_fn=lambda full: Welford.of(cast(x.load(full), acc)),
         )
         return ctx.pointwise(
             m2.size, ctx.meta().dtype, lambda i: Op("truediv", (m2.load(i), denom), acc)

@@ -46,6 +46,7 @@ import torch
 
 from compiler.ir.index import Index, Var, contiguous_strides, make_vars
 from compiler.ir.nodes import (
+    WELFORD_TYPES,
     Constant,
     ExternKernel,
     IndexValue,
@@ -57,7 +58,6 @@ from compiler.ir.nodes import (
     Reduction,
     Value,
     Welford,
-    WELFORD_TYPES,
     loads,
 )
 from compiler.ir.transform import add_mask, inline_loads, substitute

@@ -35,6 +35,7 @@ from compiler.ir.nodes import (
     address,
     iter_values,
 )
+from compiler.ir.transform import rewrite
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
 
 PERSISTENT_MAX = 1024  # longest row kept whole in registers
@@ -443,14 +444,27 @@ class _KernelWriter:
                 self.tmp(scope, f"tl.where({weight} != 0, {v}, 0).to({acc})", 2)[0]
                 for v in (mean_in, m2_in)
             ]
-            mean, m2 = self.names(2)
-            scope.lines.append(
-                f"{scope.indent}{mean}, {m2}, _ = tl.reduce(({parts[0]}, {parts[1]}, {weight}), "
-                "1, welford_combine)"
-            )
-            mean, _ = self.tmp(scope, f"{mean}[:, None]", 1)
-            m2, _ = self.tmp(scope, f"{m2}[:, None]", 1)
+            mean, m2 = self.combine_lanes(scope, parts[0], parts[1], weight)
         scope.cache[("welford", body)] = (mean, m2)
+        return mean, m2
+
+    def combine_lanes(
+        self, scope: _Scope, mean: str, m2: str, weight: str, pivot: str | None = None
+    ) -> tuple[str, str]:
+        """The row's (mean, m2), [XBLOCK, 1], from per-lane states [XBLOCK, RBLOCK] (of
+        elements less `pivot`). An infinite element makes the mean infinite and, as in eager,
+        the variance NaN (Chan's update alone can leave m2 infinite)."""
+        row_mean, row_m2 = self.names(2)
+        scope.lines.append(
+            f"{scope.indent}{row_mean}, {row_m2}, _ = tl.reduce(({mean}, {m2}, {weight}), 1, "
+            "welford_combine)"
+        )
+        mean, _ = self.tmp(scope, f"{row_mean}[:, None]", 1)
+        m2, _ = self.tmp(
+            scope, f"tl.where(tl.abs({mean}) == float('inf'), float('nan'), {row_m2}[:, None])", 1
+        )
+        if pivot is not None:
+            mean, _ = self.tmp(scope, f"{mean} + {pivot}", 1)
         return mean, m2
 
     def names(self, n: int) -> list[str]:
@@ -563,6 +577,7 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
         # Welford steps of one body (a variance's m2 and a split's partial means) share
         # running mean, m2 and weight accumulators, one state per lane.
         welford: dict[Welford, str] = {}
+        pivots: dict[str, str] = {}
         for s in members:
             if s.reduction_type in WELFORD_TYPES and s.value not in welford:
                 welford[s.value] = acc = f"_{s.name}"
@@ -570,6 +585,8 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                     top.lines.append(
                         f"    {acc}_{part} = tl.zeros([XBLOCK, RBLOCK], {TL_DTYPES[s.value.dtype]})"
                     )
+                if s.value.single_elements:
+                    pivots[acc] = w.tensor(_at_row_start(s.value.mean, w), top)[0]
         for s in reductions:
             dt = TL_DTYPES[s.value.dtype] if s.reduction_type not in ("any", "all") else "tl.int8"
             top.lines.append(f"    _{s.name} = tl.full([XBLOCK, RBLOCK], {w.identity(s)}, {dt})")
@@ -588,9 +605,10 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                 w.store(s, w.value(s.value, inner), inner)
                 continue
             if s.reduction_type in WELFORD_TYPES:
-                if welford[s.value] not in updated:
-                    updated.add(welford[s.value])
-                    _welford_update(w, s.value, welford[s.value], inner)
+                acc = welford[s.value]
+                if acc not in updated:
+                    updated.add(acc)
+                    _welford_update(w, s.value, acc, pivots.get(acc), inner)
                 continue
             v, _ = w.value(s.value, inner)
             masked = f"tl.where(xmask & rmask, {v}, {w.identity(s)})"
@@ -619,14 +637,8 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                 continue
             acc = welford[s.value]
             if acc not in reduced:
-                mean, m2 = w.names(2)
-                top.lines.append(
-                    f"    {mean}, {m2}, _ = tl.reduce(({acc}_mean, {acc}_m2, {acc}_weight), 1, "
-                    "welford_combine)"
-                )
-                reduced[acc] = (
-                    w.tmp(top, f"{mean}[:, None]", 1)[0],
-                    w.tmp(top, f"{m2}[:, None]", 1)[0],
+                reduced[acc] = w.combine_lanes(
+                    top, f"{acc}_mean", f"{acc}_m2", f"{acc}_weight", pivots.get(acc)
                 )
             mean, m2 = reduced[acc]
             w.finish_reduction(s, (mean if s.reduction_type == "welford_mean" else m2, 1), top)
@@ -642,13 +654,38 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
             w.finish_reduction(s, out, top)
 
 
-def _welford_update(w: _KernelWriter, body: Welford, acc: str, scope: _Scope) -> None:
+def _at_row_start(value: Value, w: _KernelWriter) -> Value:
+    """`value` at the first point of the row (every reduction variable 0), with the inner
+    steps it reads recomputed there: an outer-level value, computed before the loop."""
+    first = {v.name: Index() for v in w.g.reduction}
+
+    def on_ref(ref: Ref) -> Value:
+        step = w.steps[ref.name]
+        if step.loop == "inner" and step.reduction_type is None:
+            return _at_row_start(step.value, w)
+        return ref
+
+    return rewrite(
+        value,
+        lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask),
+        lambda i: i.subs(first),
+        on_ref,
+    )
+
+
+def _welford_update(
+    w: _KernelWriter, body: Welford, acc: str, pivot: str | None, scope: _Scope
+) -> None:
     """Fold this block's states into each lane's running state `acc`; masked-off lanes (past
-    the row's end, or weight 0) leave it as it was."""
+    the row's end, or weight 0) leave it as it was. Single elements are taken less `pivot`,
+    the row's first one: the running means then stay near 0, where float32 holds their
+    differences (which m2 grows by) to full precision, however large the data's mean."""
     dt = TL_DTYPES[body.dtype]
     mean_in, _ = w.value(body.mean, scope)
     weight_in, _ = w.value(body.weight, scope)
     weight, _ = w.tmp(scope, f"tl.where(xmask & rmask, {weight_in}, 0).to({dt})", 2)
+    if pivot is not None:
+        mean_in = f"({mean_in} - {pivot})"
     mean, _ = w.tmp(scope, f"tl.where({weight} != 0, {mean_in}, 0).to({dt})", 2)
     if body.single_elements:
         m2 = "0.0"

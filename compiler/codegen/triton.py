@@ -637,8 +637,16 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                 continue
             acc = welford[s.value]
             if acc not in reduced:
+                # the lanes hold means less the pivot: added back where a welford_mean reads it
+                wants_mean = any(
+                    m.reduction_type == "welford_mean" and m.value == s.value for m in members
+                )
                 reduced[acc] = w.combine_lanes(
-                    top, f"{acc}_mean", f"{acc}_m2", f"{acc}_weight", pivots.get(acc)
+                    top,
+                    f"{acc}_mean",
+                    f"{acc}_m2",
+                    f"{acc}_weight",
+                    pivots.get(acc) if wants_mean else None,
                 )
             mean, m2 = reduced[acc]
             w.finish_reduction(s, (mean if s.reduction_type == "welford_mean" else m2, 1), top)

@@ -28,10 +28,10 @@ def triton_on_cpu(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-@pytest.fixture
-def small_splits(monkeypatch):
-    """Split these small shapes as an H100 splits batch norm's (see test_triton_split_reductions)."""
-    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", 64)
+def small_splits(monkeypatch, splits: bool = True) -> None:
+    """Split these small shapes as an H100 splits batch norm's (see test_triton_split_reductions;
+    a function, not a fixture: test_cpp_differential runs these tests with its own fixtures)."""
+    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", 64 if splits else 1 << 62)
     monkeypatch.setattr(split, "MIN_CHUNK", 16)
 
 
@@ -80,8 +80,7 @@ def test_large_mean_is_as_accurate_as_two_passes(n, splits, mean, monkeypatch):
     stays within float32 rounding of the float64 variance, whatever the mean (the two-pass
     form measured at up to 1.3e-6 here; the interpreter's `tl.reduce` combines lanes one
     after another, where a GPU combines them as a tree)."""
-    monkeypatch.setattr(split, "SPLIT_MIN_ELEMENTS", 64 if splits else 1 << 62)
-    monkeypatch.setattr(split, "MIN_CHUNK", 16)
+    small_splits(monkeypatch, splits)
     torch.manual_seed(0)
     x = mean + rand(3, n)
     exact = x.double().var(1)
@@ -106,9 +105,10 @@ def test_lowering_is_one_welford_reduction_for_triton_and_two_passes_for_cpp():
 
 
 @pytest.mark.parametrize("n", [64 * 16, 1009])  # even chunks and a ragged last one
-def test_split_welford_graph_in_the_ir_interpreter(n, small_splits):
+def test_split_welford_graph_in_the_ir_interpreter(n, monkeypatch):
     """The two stages as IR (partial means and m2s less the row's first element, then their
     combination), evaluated by the reference interpreter, and printed."""
+    small_splits(monkeypatch)
     x = 1000 + rand(3, n, device="cpu")
     fn = lambda x: (x.var(1), x.var(1, correction=0))  # noqa: E731
     gm = to_graph(fn)
@@ -138,10 +138,11 @@ def test_empty_and_single_element_rows():
     check(lambda y: (y.var(1), y.var(1, correction=0), y.std(1, keepdim=True)), y)
 
 
-def test_nan_and_inf_reach_the_variance(small_splits):
+def test_nan_and_inf_reach_the_variance(monkeypatch):
     """A NaN or an infinite element makes the row's variance NaN. (Eager's var_mean also
     gives a NaN mean for a row with inf, where torch.mean gives inf; ours, a sum divided by
     n, gives inf, as it did with two passes: var_mean is checked on NaN only.)"""
+    small_splits(monkeypatch)
     for n in (40, 3000, 1009):  # persistent, looped, split
         x = rand(3, n)
         x[0, n // 2] = float("nan")
@@ -153,7 +154,8 @@ def test_nan_and_inf_reach_the_variance(small_splits):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_split_var_mean_over_outer_dims_is_two_kernels(channels_last, dtype, small_splits):
+def test_split_var_mean_over_outer_dims_is_two_kernels(channels_last, dtype, monkeypatch):
+    small_splits(monkeypatch)
     x = rand(4, 3, 8, 8, dtype=dtype)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
@@ -166,11 +168,12 @@ def test_split_var_mean_over_outer_dims_is_two_kernels(channels_last, dtype, sma
     assert "stage 2 of 2: welford_m2" in second.source
 
 
-def test_training_batch_norm_statistics_are_two_kernels_when_split(small_splits):
+def test_training_batch_norm_statistics_are_two_kernels_when_split(monkeypatch):
     """Forward: the batch counter, one stage-1 kernel (the mean's sum and the variance's
     Welford partials), one stage-2 kernel (mean, invstd and the running statistics'
     updates), the normalisation, the loss; 3 steps (losses, gradients, running stats)
     match eager."""
+    small_splits(monkeypatch)
     import compiler
     from tests.aot.helpers import train_and_compare, training_graphs
 
@@ -188,7 +191,7 @@ def test_training_batch_norm_statistics_are_two_kernels_when_split(small_splits)
         rtol=1e-4,
     )
     (graph,) = training_graphs(report)
-    forward = [k for k in graph.kernels if k.graph == "forward" and k.language == "triton"]
+    forward = [k for k in triton_kernels(graph) if k.graph == "forward"]
     statistics = [k for k in forward if "var" in k.name.split("_")]
     assert len(statistics) == 2, [k.name for k in forward]
     first, second = statistics

@@ -420,9 +420,9 @@ class _KernelWriter:
     def welford_row(self, body: Welford, scope: _Scope) -> tuple[str, str]:
         """(mean, m2) over a whole row held in registers (persistent kernels), computed once
         for the welford_mean and welford_m2 steps of one body. Single elements: the mean,
-        then the squared deviations from it, both from registers (two passes over values
-        already loaded are exact where one running update only approximates); partial states
-        (a split reduction's second stage): combined with `welford_combine`."""
+        then the squared deviations from it, both from registers (two passes cost no extra
+        reads here, and are more accurate than a combine per lane); partial states (a split
+        reduction's second stage): combined with `welford_combine`."""
         hit = scope.lookup(("welford", body))
         if hit is not None:
             return hit

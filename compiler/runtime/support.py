@@ -63,6 +63,8 @@ def ensure_layout(
     an output eager leaves undefined, which nothing after it reads."""
     if t is None:
         return None
+    if t.stride() == stride and t.shape == size:  # the common case, without a tuple built
+        return t
     if tuple(t.shape) == tuple(size) and (t.numel() <= 1 or _same_strides(t, size, stride)):
         return t
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)

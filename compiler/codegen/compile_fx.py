@@ -35,6 +35,7 @@ from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.runtime.cpp_build import CppCompileError
 from compiler.runtime.eager import run_eagerly
+from compiler.runtime.support import unflattener
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
@@ -439,7 +440,9 @@ def _runner(
 
         call = CudaGraphRunner(call, mutated, aot.internal_from)
 
+    unflatten = unflattener(spec)
+
     def run(*args: Any) -> Any:
-        return spec.unflatten(list(call(list(args))))
+        return unflatten(list(call(list(args))))
 
     return run

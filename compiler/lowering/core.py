@@ -204,8 +204,12 @@ class LoweringContext:
 
     def buffer_value(self, name: str, layout: Layout) -> TensorValue:
         self.layouts.setdefault(name, layout)
+        host_scalar = layout.device.type == "cpu" and self.device.type != "cpu"
 
         def loader(idx: tuple) -> Value:
+            if host_scalar:
+                # A kernel on the device cannot read host memory; extern calls take it
+                raise LoweringError(f"a CPU scalar ({name}) read by a {self.device.type} kernel")
             return Load(name, idx, layout.dtype)
 
         return TensorValue(layout.size, layout.dtype, loader, TensorArg(name, layout))
@@ -287,7 +291,7 @@ class LoweringContext:
         for v in flat_vals:
             if isinstance(v, torch.Tensor):
                 layout = next(given, None) or Layout(
-                    tuple(v.shape), tuple(v.stride()), v.dtype, self.device
+                    tuple(v.shape), tuple(v.stride()), v.dtype, _device_of(v, self.device)
                 )
                 name = self.new_name()
                 outputs.append((name, layout))
@@ -320,7 +324,11 @@ class LoweringContext:
         gm = self.aot.gm
         env: dict[str, Any] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+        tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+        # CPU scalars go with tensors of any device, as in eager: CUDA attention's random
+        # seed and offset, saved by a training forward for its backward, are such.
+        devices = {t.device for t in tensors if not _is_cpu_scalar(t)}
+        devices = devices or {t.device for t in tensors}
         devices = devices or {t.device for t in _graph_constants(gm)}
         if len(devices) > 1:
             raise LoweringError(f"inputs on several devices: {sorted(map(str, devices))}")
@@ -543,6 +551,16 @@ def _attr(gm: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _is_cpu_scalar(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.dim() == 0
+
+
+def _device_of(v: torch.Tensor, graph_device: torch.device) -> torch.device:
+    """Where an extern's output lives: the graph's device, except the CPU scalars some
+    device ops return (CUDA attention's random seed and offset)."""
+    return v.device if _is_cpu_scalar(v) else graph_device
 
 
 def _graph_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:

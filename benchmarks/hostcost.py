@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import cProfile
+import os
 import pstats
 import statistics
 import subprocess
@@ -113,6 +114,8 @@ def profile(run: Callable[[], object], calls: int, title: str, top: int = 25) ->
     print(f"\n#### cProfile, {title}, {calls} calls (own time, total over the calls)\n")
     print("```")
     pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+    if os.environ.get("HOSTCOST_CALLERS"):
+        pstats.Stats(prof).print_callers(os.environ["HOSTCOST_CALLERS"])
     print("```")
 
 

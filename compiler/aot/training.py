@@ -36,6 +36,7 @@ from compiler.aot.joint import (
 from compiler.aot.partition import Partition, PartitionError, partition
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders
 from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
+from compiler.runtime.keys import SignatureKey, kept_key
 
 # (graph half, its part name "forward"/"backward", the forward's example inputs or None for
 # the backward, compiled at its first call) -> a callable returning the half's flat outputs
@@ -78,20 +79,20 @@ class CompiledTraining:
         requires_grad and the grad mode, so the key of every call is the example's."""
         if not self.static:
             return self
-        key = _key([*example_inputs, *self.lifted])
+        key = kept_key(_key([*example_inputs, *self.lifted]), self.entries)
         entries, lifted = self.entries, self.lifted
 
         def guarded(*args: Any) -> Any:
             entry = entries.get(key)
             if entry is None:
-                entry = self.entry_for(list(args))
+                entry = self.entry_for(list(args), key)
             return entry(*args, *lifted)
 
         return guarded
 
-    def entry_for(self, args: list) -> Callable:
+    def entry_for(self, args: list, key: SignatureKey | None = None) -> Callable:
         full = [*args, *self.lifted]
-        key = _key(full)
+        key = _key(full) if key is None else key
         if not needs_autograd(self.gm, full):
             self.entries[key] = self.compile_inference(full)
             return self.entries[key]
@@ -145,15 +146,17 @@ class CompiledTraining:
         return self.gm.forward
 
 
-def _key(args: list) -> tuple:
-    return (
-        tuple(
-            (tuple(a.shape), tuple(a.stride()), a.dtype, a.device, a.requires_grad)
-            if isinstance(a, torch.Tensor)
-            else (type(a), a)
-            for a in args
-        ),
-        torch.is_grad_enabled(),
+def _key(args: list) -> SignatureKey:
+    return SignatureKey(
+        (
+            tuple(
+                (tuple(a.shape), tuple(a.stride()), a.dtype, a.device, a.requires_grad)
+                if isinstance(a, torch.Tensor)
+                else (type(a), a)
+                for a in args
+            ),
+            torch.is_grad_enabled(),
+        )
     )
 
 

@@ -3,7 +3,7 @@ stage of every graph (the tracer's `trace`, `aot`, `partition`, `lower`, `schedu
 `codegen`, `compile`, ...), the whole first call, and optionally a cProfile of it.
 
     python benchmarks/cold_train_cpu.py [--model resnet18] [--batch 4] [--size 64]
-        [--optim-only] [--profile N] [--sort tottime|cumulative]
+        [--optim-only] [--profile N] [--sort tottime|cumulative] [--dump FILE]
 
 The step is seed 000's `train` (train_gpu.make_train: zero_grad, forward, cross-entropy,
 backward, Adam step) on a torchvision model with random weights, C++ backend, with an empty
@@ -41,6 +41,7 @@ def main() -> None:
     p.add_argument("--optim-only", action="store_true")
     p.add_argument("--profile", type=int, default=0, help="print the top N of a cProfile")
     p.add_argument("--sort", default="tottime")
+    p.add_argument("--dump", help="write the cProfile's stats to this file")
     args = p.parse_args()
     import torchvision
 
@@ -55,7 +56,7 @@ def main() -> None:
     else:
         step = compiler.compile(make_train(opt))
         call = lambda: step(model, data)  # noqa: E731
-    prof = cProfile.Profile() if args.profile else None
+    prof = cProfile.Profile() if args.profile or args.dump else None
     t = time.perf_counter()
     if prof:
         prof.enable()
@@ -79,12 +80,18 @@ def main() -> None:
         f"{len(report.graphs)} graphs, {len(kernels)} kernels "
         f"({len({k.source for k in kernels})} distinct sources)"
     )
+    for g in report.graphs:
+        for note in g.notes:
+            if "share its compiled code" in note:
+                print("  " + note)
     print("| stage | s |\n|---|---|")
     for name, s in stages.items():
         print(f"| {name} | {s:.2f} |")
     # `backend` wraps the backend's own stages (aot ... compile); `trace` is outside it
     print(f"| not in trace or backend | {total - stages['trace'] - stages['backend']:.2f} |")
-    if prof:
+    if prof and args.dump:
+        prof.dump_stats(args.dump)
+    if prof and args.profile:
         pstats.Stats(prof).sort_stats(args.sort).print_stats(args.profile)
 
 

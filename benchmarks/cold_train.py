@@ -1,15 +1,16 @@
-"""Where the first call of a compiled training step goes on the CPU: seconds per compile
+"""Where the first call of a compiled training step goes: seconds per compile
 stage of every graph (the tracer's `trace`, `aot`, `partition`, `lower`, `schedule`,
 `codegen`, `compile`, ...), the whole first call, and optionally a cProfile of it.
 
-    python benchmarks/cold_train_cpu.py [--model resnet18] [--batch 4] [--size 64]
+    python benchmarks/cold_train.py [--model resnet18] [--batch 4] [--size 64] [--device cuda]
         [--optim-only] [--profile N] [--sort tottime|cumulative] [--dump FILE]
 
 The step is seed 000's `train` (train_gpu.make_train: zero_grad, forward, cross-entropy,
-backward, Adam step) on a torchvision model with random weights, C++ backend, with an empty
-kernel cache (a fresh COMPILER_CACHE_DIR per run), so every kernel is compiled. `--optim-only`
+backward, Adam step) on a torchvision model with random weights, with empty kernel caches (a
+fresh COMPILER_CACHE_DIR and TRITON_CACHE_DIR per run), so every kernel is compiled: C++
+kernels on the CPU, Triton on CUDA. `--optim-only`
 compiles the Adam step alone (gradients from one eager backward). The `compile` stage is the
-C++ compiler's work (run in worker processes where available); the rest is our Python.
+C++ or Triton compiler's work (run in parallel processes); the rest is our Python.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ["COMPILER_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold_train_")
+_CACHE = tempfile.mkdtemp(prefix="cold_train_")
+os.environ["COMPILER_CACHE_DIR"] = os.path.join(_CACHE, "compiler")
+os.environ["TRITON_CACHE_DIR"] = os.path.join(_CACHE, "triton")
 
 import torch  # noqa: E402
 
@@ -38,6 +41,7 @@ def main() -> None:
     p.add_argument("--model", default="resnet18")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--size", type=int, default=64)
+    p.add_argument("--device", default="cpu")
     p.add_argument("--optim-only", action="store_true")
     p.add_argument("--profile", type=int, default=0, help="print the top N of a cProfile")
     p.add_argument("--sort", default="tottime")
@@ -46,8 +50,12 @@ def main() -> None:
     import torchvision
 
     torch.manual_seed(0)
-    model = getattr(torchvision.models, args.model)()
-    data = (torch.randn(args.batch, 3, args.size, args.size), torch.randint(1000, (args.batch,)))
+    dev = torch.device(args.device)
+    model = getattr(torchvision.models, args.model)().to(dev)
+    data = (
+        torch.randn(args.batch, 3, args.size, args.size, device=dev),
+        torch.randint(1000, (args.batch,), device=dev),
+    )
     opt = torch.optim.Adam(model.parameters())
     if args.optim_only:
         torch.nn.functional.cross_entropy(model(data[0]), data[1]).backward()
@@ -61,6 +69,8 @@ def main() -> None:
     if prof:
         prof.enable()
     call()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     if prof:
         prof.disable()
     total = time.perf_counter() - t
@@ -76,7 +86,8 @@ def main() -> None:
     kernels = [k for k in report.kernels if k.language != "extern"]
     what = "Adam step alone" if args.optim_only else "train step"
     print(
-        f"{args.model} {what}, b{args.batch} 3x{args.size}x{args.size}: first call {total:.2f} s, "
+        f"{args.model} {what}, b{args.batch} 3x{args.size}x{args.size} on {dev.type}: "
+        f"first call {total:.2f} s, "
         f"{len(report.graphs)} graphs, {len(kernels)} kernels "
         f"({len({k.source for k in kernels})} distinct sources)"
     )

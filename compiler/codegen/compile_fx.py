@@ -268,6 +268,7 @@ class _Compiled:
         )
         self.aot, self.part = aot, part
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
+        self.shared: dict[str, str] = {}  # kernel -> the kernel whose compiled code it runs
 
     def stage(self, name: str):
         return self.record.stage(name)
@@ -325,13 +326,16 @@ class _Compiled:
     ) -> Callable:
         # Kernels with the same code as an earlier one are compiled once and bound to it.
         shared = shared_kernels(list(kernels.values()))
+        self.shared = {n: first for n, first in shared.items() if n != first}  # for records
         unique = {name: k for name, k in kernels.items() if shared[k.name] == k.name}
         if len(unique) < len(kernels):
             note = (
                 f"{len(kernels) - len(unique)} of {len(kernels)} kernels have the code of an "
                 "earlier kernel (names and comments aside) and share its compiled code"
             )
-            self.record.notes.append(f"{self.part} graph: {note}" if self.part else note)
+            note = f"{self.part} graph: {note}" if self.part else note
+            if note not in self.record.notes:  # a recompile for new shapes may say it again
+                self.record.notes.append(note)
         if hasattr(emitter, "load_many"):  # compiles several kernels together, in parallel
             loaded = dict(zip(unique, emitter.load_many(list(unique.values()), self.mode)))
         else:
@@ -368,6 +372,9 @@ class _Compiled:
         for launch in sched.launches:
             if isinstance(launch, KernelGroup):
                 k = kernels[launch.name]
+                config = dict(k.config)
+                if k.name in self.shared:
+                    config["compiled_as"] = self.shared[k.name]  # the same code, compiled once
                 rec.kernels.append(
                     KernelRecord(
                         k.name,
@@ -376,7 +383,7 @@ class _Compiled:
                         list(launch.origins),
                         _lines(sched, launch.origins),
                         k.grid,
-                        dict(k.config),
+                        config,
                         k.bytes_accessed,
                         graph=self.part,
                     )

@@ -78,5 +78,7 @@ def test_repeated_blocks_share_kernels_and_match_eager(emitter, monkeypatch):
     assert len({k.name for k in kernels}) == len(kernels) >= 2  # each keeps its own name
     notes = [n for n in record.notes if "share its compiled code" in n]
     assert notes and notes[0].startswith(f"1 of {len(kernels)} kernels")
+    (alias,) = [k for k in kernels if "compiled_as" in k.config]
+    assert alias.config["compiled_as"] in {k.name for k in kernels} - {alias.name}
     if emitter == "cpp":
         assert compiled == [len(kernels) - 1]

@@ -40,7 +40,6 @@ EXTRA_DECOMPOSITIONS = [
     aten.var,
     aten.var_mean,
     aten.std,
-    aten.unsqueeze,
     aten.flip,
     aten.index_select,
     aten.slice_scatter,

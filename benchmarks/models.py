@@ -48,12 +48,8 @@ import copy
 import json
 import math
 import os
-import platform
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -65,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from benchmarks.model_runs import commit, default_batch, new_row, read_rows, run_all  # noqa: E402
 from benchmarks.model_suites import (  # noqa: E402
     ModelSpec,
     disable_randomness,
@@ -579,126 +576,6 @@ def run_worker(args: argparse.Namespace) -> None:
         raise
 
 
-# ---- the driver ------------------------------------------------------------------------------
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return out.stdout.strip() + ("+dirty" if dirty else "")
-    except OSError:
-        return "?"
-
-
-def new_row(spec: ModelSpec, args: argparse.Namespace, mode: str | None = None) -> dict[str, Any]:
-    mode = mode or args.mode
-    return {
-        "suite": spec.suite,
-        "model": spec.name,
-        "mode": mode,
-        "device": args.device,
-        "dtype": args.dtype,
-        "batch": default_batch(args, mode),
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "commit": os.environ.get("MODELS_BENCH_COMMIT") or _commit(),
-        "host": f"{platform.node()}, {os.cpu_count()} cores",
-        "skip_torch_compile": args.skip_torch_compile,
-    }
-
-
-def run_isolated(spec: ModelSpec, mode: str, args: argparse.Namespace, log: Path) -> dict:
-    """One model in one mode in a fresh process with empty caches; killed at --timeout."""
-    with tempfile.TemporaryDirectory(prefix="models-bench-") as tmp:
-        partial = Path(tmp) / "row.json"
-        env = dict(os.environ)
-        env.update(
-            COMPILER_CACHE_DIR=str(Path(tmp) / "ours"),
-            TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"),
-            TRITON_CACHE_DIR=str(Path(tmp) / "triton"),
-            PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
-            MODELS_BENCH_COMMIT=args.commit,
-        )
-        cmd = [
-            sys.executable,
-            __file__,
-            "--worker",
-            f"{spec.suite}:{spec.name}",
-            "--partial",
-            str(partial),
-            *_forwarded(args, mode),
-        ]
-        start = time.perf_counter()
-        with open(log, "w") as log_file:
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                cwd=ROOT,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                proc.wait(timeout=args.timeout)
-                outcome = None if proc.returncode == 0 else f"exit status {proc.returncode}"
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                outcome = f"timeout after {args.timeout} s"
-        row = json.loads(partial.read_text()) if partial.exists() else new_row(spec, args, mode)
-        row["mode"] = mode
-        row["wall_s"] = round(time.perf_counter() - start, 1)
-    if outcome is not None:
-        row["outcome"] = outcome
-        if "error" not in row:
-            tail = [line for line in log.read_text().splitlines() if line.strip()][-2:]
-            row["error"] = (
-                f"{outcome} in {row.get('phase', 'start-up')}: " + " | ".join(tail)[-300:]
-            )
-    return row
-
-
-def _forwarded(args: argparse.Namespace, mode: str) -> list[str]:
-    out = [
-        "--mode", mode, "--device", args.device, "--dtype", args.dtype,
-        "--batch", str(default_batch(args, mode)), "--size", str(args.size), "--seq", str(args.seq),
-        "--budget", str(args.budget),
-    ]  # fmt: skip
-    out += ["--skip-torch-compile"] if args.skip_torch_compile else []
-    return out + (["--no-timing"] if args.no_timing else [])
-
-
-def default_batch(args: argparse.Namespace, mode: str) -> int:
-    """--batch, else 16 on GPU; on CPU 2 for eval and 4 for train: at batch 2 the last batch
-    norms of a 64 px ReLU6 network (mobilenetv2, efficientnet_lite) see 8 values each, and
-    a train step is so ill-conditioned that compiled code (ours and torch.compile's) lands
-    far outside float32's tolerance of float64 while eager's double-accumulated batch norm
-    does not."""
-    if args.batch:
-        return args.batch
-    if args.device != "cpu":
-        return 16
-    return 4 if mode == "train" else 2
-
-
-def read_rows(paths: list[Path]) -> list[dict]:
-    """Rows of several runs; a later row for the same model, mode and device replaces one."""
-    rows: dict[tuple, dict] = {}
-    for path in paths:
-        for line in path.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                rows[(row["suite"], row["model"], row["mode"], row["device"])] = row
-    return list(rows.values())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -724,6 +601,9 @@ def main() -> None:
         "--out", help="OUT.jsonl / OUT.md / OUT.logs (default test-output/models/...)"
     )
     parser.add_argument("--resume", action="store_true", help="skip rows already in OUT.jsonl")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="models at once (more than 1 implies --no-timing)"
+    )
     parser.add_argument("--list", action="store_true", help="print the models and exit")
     parser.add_argument("--merge", nargs="+", type=Path, help="tables from these .jsonl files")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -733,6 +613,7 @@ def main() -> None:
     args.size = args.size or (64 if cpu else 128)
     args.seq = args.seq or (64 if cpu else 128)
     args.budget = args.budget or (1.0 if cpu else 2.0)
+    args.no_timing = args.no_timing or args.jobs > 1
 
     if args.worker:
         args.batch = default_batch(args, args.mode)
@@ -768,28 +649,15 @@ def main() -> None:
     out = out.with_suffix("") if out.suffix in (".jsonl", ".md") else out
     jsonl, logs = out.with_suffix(".jsonl"), Path(str(out) + ".logs")
     logs.mkdir(parents=True, exist_ok=True)
-    args.commit = os.environ.get("MODELS_BENCH_COMMIT") or _commit()
+    args.commit = os.environ.get("MODELS_BENCH_COMMIT") or commit()
     done = (
         {(r["suite"], r["model"], r["mode"]) for r in read_rows([jsonl])}
         if (args.resume and jsonl.exists())
         else set()
     )
     modes = ("eval", "train") if args.mode == "both" else (args.mode,)
-    for spec in specs:
-        for mode in modes:
-            if (spec.suite, spec.name, mode) in done:
-                continue
-            log = logs / f"{spec.suite}-{spec.name}-{mode}.log"
-            row = run_isolated(spec, mode, args, log)
-            with open(jsonl, "a") as f:
-                f.write(json.dumps(row, default=str) + "\n")
-            ours = row.get("ours", {})
-            print(
-                f"{spec.suite}:{spec.name} {mode}: {row.get('phase')} {row.get('wall_s')} s; "
-                f"ours graphs={ours.get('graphs')} correct={ours.get('correct')} "
-                f"{ours.get('error') or row.get('error') or ''}",
-                flush=True,
-            )
+    work = [(s, m) for s in specs for m in modes if (s.suite, s.name, m) not in done]
+    run_all(work, args, jsonl, logs)
     text = render_markdown(read_rows([jsonl]), command)
     out.with_suffix(".md").write_text(text)
     print(text)

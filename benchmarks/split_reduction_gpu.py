@@ -8,12 +8,20 @@ the default shape, what resnet18's first batch norm sees at batch 16, 128x128):
   relu_bwd_sum  where(y <= 0, 0, g).sum((0, 2, 3))      relu backward's prologue + one sum
   bn_bwd_sums   that d, d.sum(...) and (d * (x - mean)).sum(...)   batch norm backward's sums
   bn_fwd_stats  torch.var_mean(x, (0, 2, 3), correction=0)         batch norm forward's stats
+  bn_train_fwd  F.batch_norm(x, rm, rv, w, b, training=True)      the statistics, the running
+                statistics' updates and the normalisation (reads x twice: bytes are 2x)
+Our variances are one-pass Welford reductions (split: partial means and m2s, then their
+combination), so bn_fwd_stats should be two kernels, as torch.compile's.
 For each it prints the GPU's kernel time per call (the sum of kernel times from
 torch.profiler: no host overhead, so a split's two kernels are both counted) in µs, the
 achieved bandwidth over the bytes a single pass must read (each input once, outputs are
 negligible), and the kernels ours ran. "ours unsplit" is ours with
 compiler.scheduler.split.SPLIT_MIN_ELEMENTS raised out of reach: the code before splitting.
 torch.compile appears only as the comparison anchor.
+
+Last, the variance of 1000 + randn over the same shape against float64, for eager, ours and
+torch.compile: the largest relative error per channel (a float32 sum of squares would be off
+by ~1e-1; two passes or Welford by ~1e-6).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("COMPILER_CACHE_DIR", tempfile.mkdtemp(prefix="split_bench_"))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
@@ -46,6 +55,30 @@ def bn_bwd_sums(y, g, x, mean):
 
 def bn_fwd_stats(x):
     return torch.var_mean(x, (0, 2, 3), correction=0)
+
+
+def bn_train_fwd(x, rm, rv, w, b):
+    return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+
+
+def accuracy(shape: tuple[int, ...]) -> None:
+    """Relative error of the per-channel variance of 1000 + randn against float64."""
+    x = 1000 + torch.randn(shape, device="cuda")
+    exact = x.double().var((0, 2, 3))
+
+    def var(t):
+        return t.var((0, 2, 3))
+
+    compiler.reset()
+    torch._dynamo.reset()
+    print("\n== variance of 1000 + randn, largest relative error vs float64")
+    for label, fn in (
+        ("eager", var),
+        ("ours", compiler.compile(var)),
+        ("torch.compile", torch.compile(var)),
+    ):
+        err = ((fn(x).double() - exact).abs() / exact).max().item()
+        print(f"| {label} | {err:.2e} |")
 
 
 def gpu_us(fn: Callable[[], Any], calls: int) -> tuple[float, list[str]]:
@@ -111,6 +144,11 @@ def main() -> None:
         run("relu_bwd_sum", relu_bwd_sum, (y, g), 2 * size, args.iters)
         run("bn_bwd_sums", bn_bwd_sums, (y, g, x, mean), 3 * size, args.iters)
         run("bn_fwd_stats", bn_fwd_stats, (x,), size, args.iters)
+        c = shape[1]
+        params = tuple(torch.randn(c, device="cuda") for _ in range(2))
+        stats = (torch.zeros(c, device="cuda"), torch.ones(c, device="cuda"))
+        run("bn_train_fwd", bn_train_fwd, (x, *stats, *params), 2 * size, args.iters)
+        accuracy(shape)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import torch
 from compiler.aot.joint import JointGraph, OutputInfo
 from compiler.aot.partition import Partition
 from compiler.runtime.cudagraphs import is_handed_out
+from compiler.runtime.support import unflattener
 
 
 class TrainingGraph:
@@ -56,6 +57,7 @@ class TrainingGraph:
         self.grad_inputs = [i for i, rg in enumerate(joint.requires_grad) if rg]
         # The last call's saved tensors in graph memory, while its backward may still run.
         self.pending: tuple[weakref.ref, weakref.ref] | None = None
+        self.unflatten = unflattener(joint.spec)
 
     def __call__(self, *args: Any) -> Any:
         if torch.is_grad_enabled():
@@ -75,7 +77,7 @@ class TrainingGraph:
                 leaves.append(o.view_of(leaves[j]))
             else:
                 leaves.append(o.value)
-        return self.joint.spec.unflatten(leaves)
+        return self.unflatten(leaves)
 
     def run_forward(self, args: list) -> tuple[tuple, tuple]:
         if self.pending is not None:

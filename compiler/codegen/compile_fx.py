@@ -35,6 +35,7 @@ from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.runtime.cpp_build import CppCompileError
 from compiler.runtime.eager import run_eagerly
+from compiler.runtime.support import unflattener
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
@@ -293,7 +294,11 @@ class _Compiled:
             # NHWC for the backward (lowering keeps a forward's internal outputs as laid out).
             cpp = emitter.language == "cpp"
             channels_last = not self.part or device.type in TRAINING_CHANNELS_LAST
-            graph, notes = lower(aot, self.inputs, channels_last=channels_last)
+            # Triton computes variances in one Welford pass. The C++ kernels keep two passes
+            # in one kernel: their reduction loops vectorise with OpenMP `simd reduction(+)`
+            # clauses, which a Welford state (three values, a division per element) cannot
+            # use, and they never split a reduction, where Welford saves whole kernels.
+            graph, notes = lower(aot, self.inputs, channels_last=channels_last, welford=not cpp)
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             # Emitters for parallel devices say how many processors to fill (Triton: the
@@ -457,7 +462,9 @@ def _runner(
 
         call = CudaGraphRunner(call, mutated, aot.internal_from)
 
+    unflatten = unflattener(spec)
+
     def run(*args: Any) -> Any:
-        return spec.unflatten(list(call(list(args))))
+        return unflatten(list(call(list(args))))
 
     return run

@@ -13,431 +13,29 @@ access reads `tl.load(in_ptr0 + (x0), xmask)`.
 
 from __future__ import annotations
 
-import math
-import os
 import re
-from dataclasses import dataclass, field
 
 import torch
 
 from compiler.codegen.common import KernelSource, store_order
-from compiler.ir.index import Index, Var, render, unflatten
+from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
+from compiler.ir.index import Index
 from compiler.ir.nodes import (
-    Constant,
-    IndexValue,
+    WELFORD_TYPES,
     Layout,
     Load,
-    Op,
     Ref,
     Value,
-    address,
+    Welford,
     iter_values,
 )
-from compiler.scheduler.kernel import KernelGroup, Schedule, Step
+from compiler.ir.transform import rewrite
+from compiler.scheduler.kernel import KernelGroup, Schedule
 
-PERSISTENT_MAX = 1024  # longest row kept whole in registers
 # Interpreted Triton (CPU tensors) stands in for a GPU: the scheduler splits reductions as
 # for an H100's 132 SMs, so the CPU tests see the kernels the GPU gets.
 INTERPRETED_PROCESSORS = 132
 _SUFFIX = re.compile(r"_\d+$")  # a kernel name's graph-local counter
-
-TL_DTYPES = {
-    torch.float32: "tl.float32",
-    torch.float16: "tl.float16",
-    torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64",
-    torch.int64: "tl.int64",
-    torch.int32: "tl.int32",
-    torch.int16: "tl.int16",
-    torch.int8: "tl.int8",
-    torch.uint8: "tl.uint8",
-    torch.bool: "tl.int1",
-}
-
-_BINARY = {
-    "add": "+",
-    "sub": "-",
-    "mul": "*",
-    "truediv": "/",
-    "truncdiv": "//",
-    "eq": "==",
-    "ne": "!=",
-    "lt": "<",
-    "le": "<=",
-    "gt": ">",
-    "ge": ">=",
-    "logical_and": "&",
-    "logical_or": "|",
-    "logical_xor": "^",
-    "bitwise_and": "&",
-    "bitwise_or": "|",
-    "bitwise_xor": "^",
-}
-_CALL = {
-    "exp": "tl.exp",
-    "exp2": "tl.exp2",
-    "log": "tl.log",
-    "log2": "tl.log2",
-    "sqrt": "tl.sqrt",
-    "rsqrt": "tl.rsqrt",
-    "sin": "tl.sin",
-    "cos": "tl.cos",
-    "sigmoid": "tl.sigmoid",
-    "erf": "tl.erf",
-    "floor": "tl.floor",
-    "ceil": "tl.ceil",
-    "abs": "tl.abs",
-    "tanh": "th.tanh",
-    "expm1": "th.expm1",
-    "log1p": "th.log1p",
-    "tan": "th.tan",
-    "asin": "th.asin",
-    "acos": "th.acos",
-    "atan": "th.atan",
-    "sinh": "th.sinh",
-    "cosh": "th.cosh",
-    "trunc": "th.trunc",
-    "round": "th.nearbyint",
-    "atan2": "th.atan2",
-    "pow": "th.pow",
-    "fmod": "th.fmod",
-}
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def default_config(kind: str, xnumel: int, rnumel: int) -> dict:
-    """Block sizes and warps before autotuning: large blocks for streaming kernels, whole
-    rows for short reductions."""
-    interp = os.environ.get("TRITON_INTERPRET") == "1"  # fewer, bigger programs run faster there
-    if kind == "pointwise":
-        xblock = min(next_pow2(max(xnumel, 1)), 4096 if interp else 1024)
-        return {"XBLOCK": xblock, "num_warps": 4 if xblock >= 256 else 1}
-    budget = 8192 if interp else 4096
-    if rnumel <= PERSISTENT_MAX:
-        rblock = next_pow2(max(rnumel, 1))
-        xblock = max(1, min(next_pow2(max(xnumel, 1)), budget // rblock, 64))
-        warps = 8 if rblock >= 512 else (4 if rblock * xblock >= 256 else 1)
-        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps, "persistent": True}
-    xblock = 1 if xnumel < 64 else 8
-    return {
-        "XBLOCK": xblock,
-        "RBLOCK": min(budget // xblock, 2048),
-        "num_warps": 8,
-        "persistent": False,
-    }
-
-
-@dataclass
-class _Scope:
-    lines: list[str]
-    indent: str
-    cache: dict = field(default_factory=dict)  # Value -> (text, level)
-    parent: "_Scope | None" = None
-
-    def lookup(self, key):
-        scope = self
-        while scope is not None:
-            if key in scope.cache:
-                return scope.cache[key]
-            scope = scope.parent
-        return None
-
-
-class _KernelWriter:
-    def __init__(self, group: KernelGroup, schedule: Schedule):
-        self.g = group
-        self.buffers = schedule.buffers
-        self.reduction = group.kind == "reduction"
-        self.config = default_config(group.kind, group.outer_numel, group.reduction_numel)
-        self.persistent = self.config.get("persistent", False)
-        self.args: dict[str, str] = {}
-        for k, b in enumerate(group.reads):
-            self.args[b] = f"in_ptr{k}"
-        for k, b in enumerate(group.writes):
-            self.args[b] = f"out_ptr{k}"
-        self.count = 0
-        self.steps = {s.name: s for s in group.steps}
-        self.values: dict[str, tuple[str, int]] = {}  # step name -> (var, level), once computed
-        big = max(
-            [group.outer_numel * max(group.reduction_numel, 1)]
-            + [self.buffers[b].storage_size() for b in self.args]
-        )
-        self.int64 = big >= 2**31
-
-    # ---- shapes and levels: 0 scalar, 1 outer block, 2 (outer x reduction) block ---------
-
-    def shape(self, level: int) -> str:
-        if not self.reduction:
-            return "[XBLOCK]"
-        return "[XBLOCK, 1]" if level <= 1 else "[XBLOCK, RBLOCK]"
-
-    def mask(self, level: int) -> str | None:
-        if level == 0:
-            return None
-        return "xmask" if level == 1 or not self.reduction else "xmask & rmask"
-
-    def var_level(self, v: Var) -> int:
-        return 2 if v.name.startswith("r") else 1
-
-    def index_level(self, index: Index) -> int:
-        return max((self.var_level(v) for v in index.vars()), default=0)
-
-    # ---- expressions ---------------------------------------------------------------------
-
-    def tmp(self, scope: _Scope, text: str, level: int, key=None) -> tuple[str, int]:
-        name = f"tmp{self.count}"
-        self.count += 1
-        scope.lines.append(f"{scope.indent}{name} = {text}")
-        if key is not None:
-            scope.cache[key] = (name, level)
-        return name, level
-
-    def value(self, v: Value, scope: _Scope) -> tuple[str, int]:
-        """(text, level) of `v`; constants come back as literals."""
-        if isinstance(v, Constant):
-            return _literal(v.value), 0
-        if isinstance(v, Ref):
-            return self.ref(v.name, scope)
-        hit = scope.lookup(v)
-        if hit is not None:
-            return hit
-        if isinstance(v, IndexValue):
-            level = self.index_level(v.index)
-            text = render(v.index)
-            text = (
-                f"tl.full({self.shape(level)}, {text}, tl.int64)"
-                if level == 0
-                else f"({text}).to(tl.int64)"
-            )
-            if v.dtype != torch.int64:
-                text = f"{text}.to({TL_DTYPES[v.dtype]})"
-            return self.tmp(scope, text, level, v)
-        if isinstance(v, Load):
-            return self.load(v, scope)
-        assert isinstance(v, Op)
-        return self.op(v, scope)
-
-    def tensor(self, v: Value, scope: _Scope) -> tuple[str, int]:
-        """Like value(), but a constant becomes a typed 0-d tensor (so methods apply)."""
-        if isinstance(v, Constant):
-            return f"tl.full([], {_literal(v.value)}, {TL_DTYPES[v.dtype]})", 0
-        return self.value(v, scope)
-
-    def load(self, v: Load, scope: _Scope) -> tuple[str, int]:
-        layout = self.buffers[v.buf]
-        static, dynamic = address(layout, v.indices)
-        parts = [render(static)]
-        level = self.index_level(static)
-        mask_parts = []
-        sizes = [
-            n
-            for i, n, st in zip(v.indices, layout.size, layout.stride)
-            if not isinstance(i, Index) and st
-        ]
-        for (value, stride), size in zip(dynamic, sizes):
-            text, lvl = self.value(value, scope)
-            # A gather's index outside 0 .. size-1 (eager raises IndexError) must not read
-            # outside the buffer: such lanes load 0 instead.
-            mask_parts.append(f"(({text}) >= 0) & (({text}) < {size})")
-            parts.append(f"{text} * {stride}" if stride != 1 else text)
-            level = max(level, lvl)
-        if v.mask is not None:
-            mtext, mlevel = self.value(v.mask, scope)
-            level = max(level, mlevel)
-            mask_parts.append(mtext)
-        loop_mask = self.mask(level)
-        if loop_mask:
-            mask_parts.insert(0, loop_mask)
-        addr = " + ".join(parts)
-        if level > 0 and self.index_level(static) == 0 and not dynamic:
-            addr = f"tl.full({self.shape(level)}, {addr}, tl.int32)"
-        ptr = f"{self.args[v.buf]} + ({addr})"
-        if mask_parts:
-            text = f"tl.load({ptr}, {' & '.join(mask_parts)}, other=0)"
-        else:
-            text = f"tl.load({ptr})"
-        return self.tmp(scope, text, level, v)
-
-    def op(self, v: Op, scope: _Scope) -> tuple[str, int]:
-        if v.op == "to_dtype":
-            (a,) = v.args
-            if isinstance(a, Constant):
-                return _literal(_convert(a.value, v.dtype)), 0
-            text, level = self.value(a, scope)
-            if v.dtype == torch.bool:
-                return self.tmp(scope, f"{text} != 0", level, v)
-            return self.tmp(scope, f"{text}.to({TL_DTYPES[v.dtype]})", level, v)
-        args = [self.value(a, scope) for a in v.args]
-        texts = [t for t, _ in args]
-        level = max(lv for _, lv in args)
-        if all(isinstance(a, Constant) for a in v.args):
-            texts = [self.tensor(a, scope)[0] for a in v.args]
-        dt = v.args[0].dtype
-        o = v.op
-        if o in _BINARY:
-            text = f"{texts[0]} {_BINARY[o]} {texts[1]}"
-        elif o in ("floordiv", "remainder") and not dt.is_floating_point:
-            text = f"th.{o}({texts[0]}, {texts[1]})"
-        elif o == "floordiv":
-            text = f"tl.floor({texts[0]} / {texts[1]})"
-        elif o == "remainder":
-            text = f"{texts[0]} - tl.floor({texts[0]} / {texts[1]}) * {texts[1]}"
-        elif o == "fmod" and not dt.is_floating_point:
-            text = f"{texts[0]} % {texts[1]}"
-        elif o in ("maximum", "minimum"):
-            if dt.is_floating_point:
-                text = f"th.{o}({texts[0]}, {texts[1]})"
-            else:
-                text = f"tl.{o}({texts[0]}, {texts[1]})"
-        elif o == "neg":
-            text = f"-{texts[0]}"
-        elif o == "reciprocal":
-            text = f"1.0 / {texts[0]}"
-        elif o == "sign":
-            t = texts[0]
-            text = f"({t} > 0).to({TL_DTYPES[v.dtype]}) - ({t} < 0).to({TL_DTYPES[v.dtype]})"
-        elif o == "logical_not":
-            text = f"{texts[0]} == 0"
-        elif o == "bitwise_not":
-            text = f"{texts[0]} == 0" if dt == torch.bool else f"~{texts[0]}"
-        elif o == "isnan":
-            text = f"{texts[0]} != {texts[0]}"
-        elif o == "isinf":
-            text = f"tl.abs({texts[0]}) == float('inf')"
-        elif o == "where":
-            text = f"tl.where({texts[0]}, {texts[1]}, {texts[2]})"
-        elif o == "abs" and dt == torch.bool:
-            text = texts[0]
-        elif o in _CALL:
-            fn = _CALL[o]
-            text = f"{fn}({', '.join(texts)})"
-        else:
-            raise NotImplementedError(f"no Triton form for op {o}")
-        return self.tmp(scope, text, level, v)
-
-    def ref(self, name: str, scope: _Scope) -> tuple[str, int]:
-        if name in self.values:
-            return self.values[name]
-        step = self.steps[name]
-        # an inner pointwise step of a looped reduction is recomputed in each loop
-        assert step.reduction_type is None, f"reduction {name} read before it is computed"
-        return self.value(step.value, scope)
-
-    # ---- statements ----------------------------------------------------------------------
-
-    def store(self, step: Step, var: tuple[str, int], scope: _Scope) -> None:
-        if step.store is None:
-            return
-        static, _ = address(self.buffers[step.name], step.store)
-        level = 2 if step.loop == "inner" and step.reduction_type is None else 1
-        addr = render(static)
-        kinds = {self.var_level(v) for v in static.vars()}
-        if not kinds:
-            addr = f"tl.full({self.shape(level)}, {addr}, tl.int32)"
-        elif level == 2 and kinds != {1, 2}:  # tl.store does not broadcast the pointer
-            addr = f"{addr} + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
-        text, vlevel = var
-        if not text.startswith("tmp"):  # a literal
-            text = f"tl.full({self.shape(level)}, {text}, {TL_DTYPES[step.dtype]})"
-        elif vlevel == 0:  # a scalar load: broadcast to the block
-            text = f"{text} + tl.zeros({self.shape(level)}, {TL_DTYPES[step.dtype]})"
-        elif self.steps[step.name].value.dtype != step.dtype:
-            text = f"{text}.to({TL_DTYPES[step.dtype]})"
-        scope.lines.append(
-            f"{scope.indent}tl.store({self.args[step.name]} + ({addr}), {text}, {self.mask(level)})"
-        )
-
-    def define_vars(self, scope: _Scope, vars_: tuple[Var, ...], flat: str) -> None:
-        if not vars_:
-            return
-        numel = math.prod(v.size for v in vars_)
-        if numel == 0:  # nothing runs; keep every var a block so shapes still agree
-            scope.lines += [f"{scope.indent}{var.name} = {flat}" for var in vars_]
-            return
-        for var, idx in zip(vars_, unflatten(Var(flat, numel), tuple(v.size for v in vars_))):
-            scope.lines.append(f"{scope.indent}{var.name} = {render(idx)}")
-
-    def emit_pointwise_steps(self, scope: _Scope, steps: list[Step]) -> None:
-        for step in steps:
-            var = self.value(step.value, scope)
-            self.values[step.name] = var
-            self.store(step, var, scope)
-
-    def reduce_block(self, step: Step, text: str, scope: _Scope) -> str:
-        """Reduce a [XBLOCK, RBLOCK] block `text` (already masked) to [XBLOCK, 1]."""
-        rt = step.reduction_type
-        if rt == "sum":
-            return f"tl.sum({text}, 1)[:, None]"
-        if rt in ("max", "min"):
-            return f"tl.reduce({text}, 1, th.{'maximum' if rt == 'max' else 'minimum'})[:, None]"
-        if rt == "prod":
-            return f"tl.reduce({text}, 1, th.multiply)[:, None]"
-        if rt == "any":
-            return f"tl.max({text}.to(tl.int8), 1)[:, None] != 0"
-        if rt == "all":
-            return f"tl.min({text}.to(tl.int8), 1)[:, None] != 0"
-        raise NotImplementedError(rt)
-
-    def identity(self, step: Step) -> str:
-        rt, dt = step.reduction_type, step.value.dtype
-        if rt in ("sum", "any"):
-            return "0"
-        if rt in ("prod", "all"):
-            return "1"
-        largest = rt in ("min", "argmin")
-        if dt.is_floating_point:
-            return "float('inf')" if largest else "float('-inf')"
-        info = torch.iinfo(dt) if dt != torch.bool else None
-        if info is None:
-            return "1" if largest else "0"
-        return str(info.max if largest else info.min)
-
-    def emit_reduction(self, step: Step, scope: _Scope) -> None:
-        """Persistent: the whole row is in `scope`."""
-        v, _ = self.value(step.value, scope)
-        rt = step.reduction_type
-        masked = f"tl.where(xmask & rmask, {v}, {self.identity(step)})"
-        if rt in ("argmax", "argmin"):
-            idx = "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
-            scope.lines.append(
-                f"{scope.indent}_, {step.name}_idx = tl.reduce(({masked}, {idx}), 1, th.{rt}_combine)"
-            )
-            out = self.tmp(scope, f"{step.name}_idx[:, None].to(tl.int64)", 1)
-        else:
-            out = self.tmp(scope, self.reduce_block(step, masked, scope), 1)
-        self.finish_reduction(step, out, scope)
-
-    def finish_reduction(self, step: Step, out: tuple[str, int], scope: _Scope) -> None:
-        if step.value.dtype != step.dtype and step.reduction_type not in ("argmax", "argmin"):
-            out = self.tmp(scope, f"{out[0]}.to({TL_DTYPES[step.dtype]})", 1)
-        self.values[step.name] = out
-        self.store(step, out, scope)
-
-
-def _literal(value) -> str:
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "float('nan')"
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-        return repr(value)
-    return str(value)
-
-
-def _convert(value, dtype: torch.dtype):
-    if dtype == torch.bool:
-        return bool(value)
-    if dtype.is_floating_point:
-        return float(value)
-    return int(value)
-
-
-# ---- kernel assembly ----------------------------------------------------------------------
 
 
 def _reduction_deps(group: KernelGroup) -> dict[str, set[str]]:
@@ -459,9 +57,9 @@ def _reduction_deps(group: KernelGroup) -> dict[str, set[str]]:
     return {s.name: deps(s.name) for s in group.steps}
 
 
-def _write_body(w: _KernelWriter) -> list[str]:
+def _write_body(w: KernelWriter) -> list[str]:
     g = w.g
-    top = _Scope([], "    ")
+    top = Scope([], "    ")
     lines = top.lines
     pid = "tl.program_id(0).to(tl.int64)" if w.int64 else "tl.program_id(0)"
     lines.append(f"    xnumel = {g.outer_numel}")
@@ -490,7 +88,7 @@ def _write_body(w: _KernelWriter) -> list[str]:
     return lines
 
 
-def _write_loops(w: _KernelWriter, top: _Scope) -> None:
+def _write_loops(w: KernelWriter, top: Scope) -> None:
     """Looped reductions: each loop accumulates the reductions whose inputs are ready;
     outer steps run between loops; stored inner values go in the loop after their inputs."""
     g = w.g
@@ -510,7 +108,20 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
         if k == nloops:
             break
         members = [s for s in g.steps if loop_of.get(s.name) == k]
-        reductions = [s for s in members if s.reduction_type is not None]
+        reductions = [s for s in members if s.reduction_type not in (None, *WELFORD_TYPES)]
+        # Welford steps of one body (a variance's m2 and a split's partial means) share
+        # running mean, m2 and weight accumulators, one state per lane.
+        welford: dict[Welford, str] = {}
+        pivots: dict[str, str] = {}
+        for s in members:
+            if s.reduction_type in WELFORD_TYPES and s.value not in welford:
+                welford[s.value] = acc = f"_{s.name}"
+                for part in ("mean", "m2", "weight"):
+                    top.lines.append(
+                        f"    {acc}_{part} = tl.zeros([XBLOCK, RBLOCK], {TL_DTYPES[s.value.dtype]})"
+                    )
+                if s.value.single_elements:
+                    pivots[acc] = w.tensor(_at_row_start(s.value.mean, w), top)[0]
         for s in reductions:
             dt = TL_DTYPES[s.value.dtype] if s.reduction_type not in ("any", "all") else "tl.int8"
             top.lines.append(f"    _{s.name} = tl.full([XBLOCK, RBLOCK], {w.identity(s)}, {dt})")
@@ -519,13 +130,20 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                     f"    _{s.name}_idx = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)"
                 )
         top.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
-        inner = _Scope(top.lines, "        ", parent=top)
+        inner = Scope(top.lines, "        ", parent=top)
         inner.lines.append("        rindex = roffset + rbase")
         inner.lines.append("        rmask = rindex < rnumel")
         w.define_vars(inner, g.reduction, "rindex")
+        updated: set[str] = set()
         for s in members:
             if s.reduction_type is None:
                 w.store(s, w.value(s.value, inner), inner)
+                continue
+            if s.reduction_type in WELFORD_TYPES:
+                acc = welford[s.value]
+                if acc not in updated:
+                    updated.add(acc)
+                    _welford_update(w, s.value, acc, pivots.get(acc), inner)
                 continue
             v, _ = w.value(s.value, inner)
             masked = f"tl.where(xmask & rmask, {v}, {w.identity(s)})"
@@ -548,6 +166,25 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
                 )
                 continue
             inner.lines.append(f"        {acc} = {update}")
+        reduced: dict[str, tuple[str, str]] = {}
+        for s in members:
+            if s.reduction_type not in WELFORD_TYPES:
+                continue
+            acc = welford[s.value]
+            if acc not in reduced:
+                # the lanes hold means less the pivot: added back where a welford_mean reads it
+                wants_mean = any(
+                    m.reduction_type == "welford_mean" and m.value == s.value for m in members
+                )
+                reduced[acc] = w.combine_lanes(
+                    top,
+                    f"{acc}_mean",
+                    f"{acc}_m2",
+                    f"{acc}_weight",
+                    pivots.get(acc) if wants_mean else None,
+                )
+            mean, m2 = reduced[acc]
+            w.finish_reduction(s, (mean if s.reduction_type == "welford_mean" else m2, 1), top)
         for s in reductions:
             acc = f"_{s.name}"
             if s.reduction_type in ("argmax", "argmin"):
@@ -560,7 +197,62 @@ def _write_loops(w: _KernelWriter, top: _Scope) -> None:
             w.finish_reduction(s, out, top)
 
 
-def _header(group: KernelGroup, schedule: Schedule, w: _KernelWriter) -> list[str]:
+def _at_row_start(value: Value, w: KernelWriter) -> Value:
+    """`value` at the first point of the row (every reduction variable 0), with the inner
+    steps it reads recomputed there: an outer-level value, computed before the loop."""
+    first = {v.name: Index() for v in w.g.reduction}
+
+    def on_ref(ref: Ref) -> Value:
+        step = w.steps[ref.name]
+        if step.loop == "inner" and step.reduction_type is None:
+            return _at_row_start(step.value, w)
+        return ref
+
+    return rewrite(
+        value,
+        lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask),
+        lambda i: i.subs(first),
+        on_ref,
+    )
+
+
+def _welford_update(
+    w: KernelWriter, body: Welford, acc: str, pivot: str | None, scope: Scope
+) -> None:
+    """Fold this block's states into each lane's running state `acc`; masked-off lanes (past
+    the row's end, or weight 0) leave it as it was. Single elements are taken less `pivot`,
+    the row's first one: the running means then stay near 0, where float32 holds their
+    differences (which m2 grows by) to full precision, however large the data's mean."""
+    dt = TL_DTYPES[body.dtype]
+    mean_in, _ = w.value(body.mean, scope)
+    weight_in, _ = w.value(body.weight, scope)
+    weight, _ = w.tmp(scope, f"tl.where(xmask & rmask, {weight_in}, 0).to({dt})", 2)
+    if pivot is not None:
+        mean_in = f"({mean_in} - {pivot})"
+    mean, _ = w.tmp(scope, f"tl.where({weight} != 0, {mean_in}, 0).to({dt})", 2)
+    if body.single_elements:
+        m2 = "0.0"
+    else:
+        m2_in, _ = w.value(body.m2, scope)
+        m2, _ = w.tmp(scope, f"tl.where({weight} != 0, {m2_in}, 0).to({dt})", 2)
+    state = f"{acc}_mean, {acc}_m2, {acc}_weight"
+    scope.lines.append(f"{scope.indent}{state} = welford_combine({state}, {mean}, {m2}, {weight})")
+
+
+# Chan et al.'s combination of two Welford states (weight elements of mean `mean` whose squared
+# deviations from it sum to m2); weight 0 on both sides gives the empty state back. Emitted
+# into each kernel that reduces Welford states, for the loop updates and for `tl.reduce`.
+WELFORD_COMBINE = """\
+@triton.jit
+def welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
+    weight = weight_a + weight_b
+    share_b = weight_b / tl.where(weight == 0, 1, weight)
+    delta = mean_b - mean_a
+    return mean_a + delta * share_b, m2_a + m2_b + delta * delta * weight_a * share_b, weight
+"""
+
+
+def _header(group: KernelGroup, schedule: Schedule, w: KernelWriter) -> list[str]:
     out = [f"# Kernel {group.name}: {group.kind}, generated by compiler.codegen.triton"]
     if group.origins:
         out.append(f"# Fused FX nodes: {', '.join(group.origins)}")
@@ -581,7 +273,7 @@ def _describe(buf: str, layout: Layout) -> str:
 
 
 def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
-    w = _KernelWriter(group, schedule)
+    w = KernelWriter(group, schedule)
     body = _write_body(w)
     params = (
         list(w.args.values())
@@ -591,6 +283,8 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     lines = _header(group, schedule, w)
     lines += ["import triton", "import triton.language as tl", ""]
     lines += ["from compiler.runtime import triton_helpers as th", "", ""]
+    if any(step.reduction_type in WELFORD_TYPES for step in group.steps):
+        lines += [*WELFORD_COMBINE.splitlines(), "", ""]
     # The function is named without the graph-local counter, so kernels that differ only in
     # where they sit in the graph have the same source and share Triton's compile cache.
     base = _SUFFIX.sub("", group.name)

@@ -24,6 +24,7 @@ from compiler.ir.nodes import (
     Reduction,
     TensorArg,
     Value,
+    Welford,
     address,
     iter_values,
 )
@@ -178,6 +179,25 @@ _COMBINE = {
 }
 
 
+def _welford(node: Reduction, env, buffers, layouts) -> torch.Tensor:
+    """A Welford reduction as the exact combination of all its states at once, in float64:
+    mean = sum(w * mean_i) / W, m2 = sum(m2_i) + sum(w * (mean_i - mean)^2)."""
+    shape = node.size + node.reduction_size
+    mean, m2, weight = (
+        eval_value(c, env, buffers, layouts, shape)
+        .reshape(node.size + (math.prod(node.reduction_size),))
+        .double()
+        for c in (node.body.mean, node.body.m2, node.body.weight)
+    )
+    total = weight.sum(-1)
+    mean = torch.where(weight != 0, mean, 0)
+    combined = (weight * mean).sum(-1) / torch.where(total != 0, total, 1)  # empty: 0
+    if node.reduction_type == "welford_mean":
+        return combined
+    deviation = torch.where(weight != 0, mean - combined[..., None], 0)
+    return m2.sum(-1) + (weight * deviation * deviation).sum(-1)
+
+
 def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
     """Evaluate `graph` on `inputs`; returns the flat outputs."""
     layouts = graph.buffer_layouts()
@@ -201,13 +221,16 @@ def run_graph(graph: Graph, inputs: Sequence[torch.Tensor]) -> list[Any]:
         else:
             assert isinstance(node, Reduction)
             env = _grids(node.vars + node.reduction_vars)
-            full = eval_value(node.body, env, buffers, layouts, node.size + node.reduction_size)
-            full = full.reshape(node.size + (math.prod(node.reduction_size),))
-            value = (
-                _COMBINE[node.reduction_type](full)
-                if full.shape[-1] or node.reduction_type not in ("max", "min")
-                else full.sum(-1)
-            )
+            if isinstance(node.body, Welford):
+                value = _welford(node, env, buffers, layouts)
+            else:
+                full = eval_value(node.body, env, buffers, layouts, node.size + node.reduction_size)
+                full = full.reshape(node.size + (math.prod(node.reduction_size),))
+                value = (
+                    _COMBINE[node.reduction_type](full)
+                    if full.shape[-1] or node.reduction_type not in ("max", "min")
+                    else full.sum(-1)
+                )
         out = torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype)
         out.copy_(value.to(lay.dtype))
         buffers[node.name] = out

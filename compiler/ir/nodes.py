@@ -100,7 +100,12 @@ OPS: dict[str, int] = {
     "to_dtype": 1,
 }
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+# welford_mean / welford_m2: the mean and the sum of squared deviations from it (m2) of the
+# body's Welford states, combined in one pass (see `Welford`); var is m2 / (n - correction).
+REDUCTION_TYPES = (
+    "sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_mean", "welford_m2"
+)  # fmt: skip
+WELFORD_TYPES = ("welford_mean", "welford_m2")
 
 
 @dataclass(frozen=True)
@@ -156,12 +161,38 @@ class Ref:
     dtype: torch.dtype
 
 
-Value = Union[Load, Constant, IndexValue, Op, Ref]
+@dataclass(frozen=True)
+class Welford:
+    """What a Welford reduction (`welford_mean`, `welford_m2`) combines at each reduced point:
+    the state of `weight` elements with mean `mean` and sum of squared deviations `m2`. An
+    element x is `Welford(x, 0, 1)`; a masked-off one has weight 0; a split reduction's second
+    stage reads the first stage's partial states. States combine exactly, in any order
+    (Chan et al.): no sum of squares that cancels catastrophically when the mean is large.
+    Only ever a reduction's whole body, never an operand."""
+
+    mean: "Value"
+    m2: "Value"
+    weight: "Value"
+    dtype: torch.dtype  # the accumulation dtype of all three
+
+    @staticmethod
+    def of(x: "Value") -> "Welford":
+        return Welford(x, Constant(0.0, x.dtype), Constant(1.0, x.dtype), x.dtype)
+
+    @property
+    def single_elements(self) -> bool:
+        """Each point is at most one element (m2 is 0): the form lowering creates."""
+        return isinstance(self.m2, Constant) and self.m2.value == 0
+
+
+Value = Union[Load, Constant, IndexValue, Op, Ref, Welford]
 
 
 def children(value: Value) -> tuple[Value, ...]:
     if isinstance(value, Op):
         return value.args
+    if isinstance(value, Welford):
+        return (value.mean, value.m2, value.weight)
     if isinstance(value, Load):
         out = tuple(i for i in value.indices if not isinstance(i, Index))
         return out + ((value.mask,) if value.mask is not None else ())
@@ -295,6 +326,7 @@ class Reduction:
     variable `ik` is input dimension `k`-th of the non-reduced ones and `rj` is `axes[j]`. The
     scheduler uses them to fuse pointwise nodes of the input's shape into the same kernel.
     For argmax/argmin the body's reduction position is the flat index over `reduction_size`.
+    Welford reductions (and only they) have a `Welford` body.
     """
 
     name: str
@@ -311,6 +343,8 @@ class Reduction:
     def __post_init__(self) -> None:
         if self.reduction_type not in REDUCTION_TYPES:
             raise ValueError(f"unknown reduction {self.reduction_type}")
+        if (self.reduction_type in WELFORD_TYPES) != isinstance(self.body, Welford):
+            raise ValueError(f"a {self.reduction_type} reduction of {type(self.body).__name__}")
 
     @property
     def dtype(self) -> torch.dtype:

@@ -16,6 +16,7 @@ from compiler.ir.nodes import (
     Ref,
     TensorArg,
     Value,
+    Welford,
 )
 
 
@@ -30,6 +31,11 @@ def format_value(v: Value) -> str:
         idx = ", ".join(str(i) if isinstance(i, Index) else format_value(i) for i in v.indices)
         text = f"{v.buf}[{idx}]"
         return text if v.mask is None else f"{text} if {format_value(v.mask)}"
+    if isinstance(v, Welford):
+        if v.single_elements:
+            return f"welford({format_value(v.mean)})"
+        parts = (format_value(v.mean), format_value(v.m2), format_value(v.weight))
+        return f"welford(mean={parts[0]}, m2={parts[1]}, weight={parts[2]})"
     assert isinstance(v, Op)
     args = ", ".join(format_value(a) for a in v.args)
     if v.op == "to_dtype":

@@ -7,17 +7,18 @@ from typing import Callable, Mapping
 import torch
 
 from compiler.ir.index import Index
-from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value
+from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value, Welford
 
 
 def rewrite(
     value: Value,
     on_load: Callable[[Load, tuple, "Value | None"], Value],
     on_index: Callable[[Index], Index],
+    on_ref: Callable[[Ref], Value] = lambda r: r,
 ) -> Value:
     """Rebuild `value` bottom-up: every Index goes through `on_index`, every Load (with its
-    indices and mask already rewritten) through `on_load(load, indices, mask)`. Shared
-    sub-values are rewritten once."""
+    indices and mask already rewritten) through `on_load(load, indices, mask)`, every Ref
+    through `on_ref`. Shared sub-values are rewritten once."""
     memo: dict[int, Value] = {}
 
     def go(v: Value) -> Value:
@@ -32,7 +33,11 @@ def rewrite(
             out = on_load(v, indices, mask)
         elif isinstance(v, IndexValue):
             out = IndexValue(on_index(v.index), v.dtype)
-        elif isinstance(v, (Constant, Ref)):
+        elif isinstance(v, Welford):
+            out = Welford(go(v.mean), go(v.m2), go(v.weight), v.dtype)
+        elif isinstance(v, Ref):
+            out = on_ref(v)
+        elif isinstance(v, Constant):
             out = v
         else:
             raise TypeError(f"not a Value: {v!r}")

@@ -95,6 +95,9 @@ class LoweringContext:
         # contiguous channels (decided in `run`, as Inductor's layout optimisation).
         self.channels_last = False
         self.allow_channels_last = True
+        # Variances as one-pass Welford reductions (for emitters that implement them), else
+        # as two passes: the mean, then the sum of squared deviations.
+        self.welford = False
         self._count = 0
 
     # ---- names and provenance -----------------------------------------------------------
@@ -201,8 +204,12 @@ class LoweringContext:
 
     def buffer_value(self, name: str, layout: Layout) -> TensorValue:
         self.layouts.setdefault(name, layout)
+        host_scalar = layout.device.type == "cpu" and self.device.type != "cpu"
 
         def loader(idx: tuple) -> Value:
+            if host_scalar:
+                # A kernel on the device cannot read host memory; extern calls take it
+                raise LoweringError(f"a CPU scalar ({name}) read by a {self.device.type} kernel")
             return Load(name, idx, layout.dtype)
 
         return TensorValue(layout.size, layout.dtype, loader, TensorArg(name, layout))
@@ -284,7 +291,7 @@ class LoweringContext:
         for v in flat_vals:
             if isinstance(v, torch.Tensor):
                 layout = next(given, None) or Layout(
-                    tuple(v.shape), tuple(v.stride()), v.dtype, self.device
+                    tuple(v.shape), tuple(v.stride()), v.dtype, _device_of(v, self.device)
                 )
                 name = self.new_name()
                 outputs.append((name, layout))
@@ -317,7 +324,11 @@ class LoweringContext:
         gm = self.aot.gm
         env: dict[str, Any] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+        tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+        # CPU scalars go with tensors of any device, as in eager: CUDA attention's random
+        # seed and offset, saved by a training forward for its backward, are such.
+        devices = {t.device for t in tensors if not _is_cpu_scalar(t)}
+        devices = devices or {t.device for t in tensors}
         devices = devices or {t.device for t in _graph_constants(gm)}
         if len(devices) > 1:
             raise LoweringError(f"inputs on several devices: {sorted(map(str, devices))}")
@@ -428,15 +439,20 @@ class LoweringContext:
 
 
 def lower(
-    aot: AotGraph, example_inputs: Sequence[torch.Tensor], channels_last: bool = True
+    aot: AotGraph,
+    example_inputs: Sequence[torch.Tensor],
+    channels_last: bool = True,
+    welford: bool = False,
 ) -> tuple[Graph, list[str]]:
     """Lower the aten graph; returns the IR graph and notes (extern fallbacks).
-    `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC."""
+    `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC.
+    `welford`: variances become Welford reductions (the emitter must implement them)."""
     # The rule modules register themselves on import.
     from compiler.lowering import externs, indexing, pointwise, reductions, views  # noqa: F401
 
     ctx = LoweringContext(aot)
     ctx.allow_channels_last = channels_last
+    ctx.welford = welford
     graph = ctx.run(example_inputs)
     notes = list(dict.fromkeys(ctx.notes))
     if ctx.mutated_inputs:
@@ -535,6 +551,16 @@ def _attr(gm: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _is_cpu_scalar(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.dim() == 0
+
+
+def _device_of(v: torch.Tensor, graph_device: torch.device) -> torch.device:
+    """Where an extern's output lives: the graph's device, except the CPU scalars some
+    device ops return (CUDA attention's random seed and offset)."""
+    return v.device if _is_cpu_scalar(v) else graph_device
 
 
 def _graph_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:

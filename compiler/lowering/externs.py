@@ -14,6 +14,7 @@ from compiler.ir.index import contiguous_strides
 from compiler.ir.nodes import Layout
 from compiler.lowering.core import (
     LoweringContext,
+    TensorValue,
     channels_last_strides,
     register_lowering,
     same_strides,
@@ -26,16 +27,41 @@ EXTERN_OPS = [
     aten.bmm,
     aten.addmm,
     aten.baddbmm,
+    aten._scaled_dot_product_flash_attention_for_cpu,
+]
+
+# CUDA's attention kernels and their backwards, which read every tensor along a unit-stride
+# last dimension.
+CUDA_ATTENTION_OPS = [
     aten._scaled_dot_product_flash_attention,
     aten._scaled_dot_product_efficient_attention,
     aten._scaled_dot_product_cudnn_attention,
-    aten._scaled_dot_product_flash_attention_for_cpu,
+    aten._scaled_dot_product_flash_attention_backward,
+    aten._scaled_dot_product_efficient_attention_backward,
+    aten._scaled_dot_product_cudnn_attention_backward,
 ]
 
 
 @register_lowering(*EXTERN_OPS)
 def extern(ctx: LoweringContext, node, *args, **kwargs):
     return ctx.extern(node.target, args, kwargs, note=False)
+
+
+@register_lowering(*CUDA_ATTENTION_OPS)
+def cuda_attention(ctx: LoweringContext, node, *args, **kwargs):
+    """Each tensor in the strides eager called the op with, where ours differ: these kernels
+    read along a unit-stride last dimension ("query: last dimension must be contiguous"),
+    and a channels-last graph lays computed 4-d values out NHWC, which puts the heads'
+    dimension last in memory (timm's coatnet, maxvit and eva02 hit it)."""
+    args = tuple(_as_traced(ctx, a, fx) for a, fx in zip(args, node.args))
+    return ctx.extern(node.target, args, kwargs, note=False)
+
+
+def _as_traced(ctx: LoweringContext, a, fx_arg):
+    meta = getattr(fx_arg, "meta", {}).get("val")
+    if not (isinstance(a, TensorValue) and isinstance(meta, torch.Tensor)):
+        return a
+    return ctx.require_strides(a, tuple(meta.stride()))
 
 
 # A convolution runs NCHW when its weight has this many times the input's elements, and

@@ -1,8 +1,10 @@
 """Reductions: sum, prod, max/min (amax, amin, max.dim), argmax/argmin, any/all, and pooling
 (max and average pooling as reductions over a window).
 
-mean and var reach us decomposed into sum and pointwise math (two passes); the scheduler
-fuses the passes over one row into a single kernel.
+mean reaches us decomposed into sum and pointwise math; var (and so var_mean, std and batch
+norm's statistics) as prims.var, which becomes a one-pass Welford reduction for emitters that
+implement it (Triton), else two passes, the mean then the squared deviations from it, that
+the scheduler fuses into one kernel (C++).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import torch
 
 from compiler.ir.index import Index, IndexError_, make_vars
-from compiler.ir.nodes import Constant, IndexValue, Op, Value
+from compiler.ir.nodes import Constant, IndexValue, Op, Value, Welford
 from compiler.ir.transform import add_mask
 from compiler.lowering.core import (
     LoweringContext,
@@ -108,13 +110,27 @@ def prims_var(
     *,
     output_dtype=None,
 ):
-    """Two passes over each row: the mean, then the sum of squared deviations (the scheduler
-    puts both reductions in one kernel)."""
+    """var = m2 / (n - correction), m2 the sum of squared deviations from the mean: one
+    Welford pass, or two passes over each row (the mean, then m2) that the scheduler puts in
+    one kernel. A split Welford reduction is two kernels where the two passes are four."""
     axes = _axes(x, dims)
     acc = compute_dtype(x.dtype)
     n = 1
     for a in axes:
         n *= x.size[a]
+    denom = Constant(float(max(n - correction, 0)), acc)
+    if ctx.welford:
+        m2 = ctx.reduction(
+            x,
+            axes,
+            "welford_m2",
+            acc,
+            acc,
+            body_fn=lambda full: Welford.of(cast(x.load(full), acc)),
+        )
+        return ctx.pointwise(
+            m2.size, ctx.meta().dtype, lambda i: Op("truediv", (m2.load(i), denom), acc)
+        )
     total = ctx.reduction(x, axes, "sum", acc, acc)
     inv_n = Constant(1.0 / n if n else math.nan, acc)
 
@@ -124,7 +140,6 @@ def prims_var(
         return Op("mul", (d, d), acc)
 
     squares = ctx.reduction(x, axes, "sum", acc, acc, body_fn=deviation)
-    denom = Constant(float(max(n - correction, 0)), acc)
     return ctx.pointwise(
         squares.size, ctx.meta().dtype, lambda i: Op("truediv", (squares.load(i), denom), acc)
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils._pytree import TreeSpec, tree_flatten
 
 # Buffers this large always come from a fresh mmap (glibc's largest mmap threshold), so the
 # kernel that first writes them takes a page fault per 4 KiB page: for a 64 MiB output about
@@ -63,6 +64,8 @@ def ensure_layout(
     an output eager leaves undefined, which nothing after it reads."""
     if t is None:
         return None
+    if t.stride() == stride and t.shape == size:  # the common case, without a tuple built
+        return t
     if tuple(t.shape) == tuple(size) and (t.numel() <= 1 or _same_strides(t, size, stride)):
         return t
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
@@ -86,3 +89,13 @@ def tensors(result: Any, positions: Sequence[int]) -> list[torch.Tensor | None]:
     function returned tensors)."""
     flat = flat_result(result)
     return [flat[i] for i in positions]
+
+
+def unflattener(spec: TreeSpec) -> Callable[[list], Any]:
+    """`spec.unflatten`, or `tuple` / `list` where the structure is a flat tuple / list of
+    leaves (a compiled graph's usual output): pytree's unflatten walks every leaf's spec in
+    Python, ~50 calls per call of a training graph's halves."""
+    for kind in (tuple, list):
+        if spec == tree_flatten(kind([None] * spec.num_leaves))[1]:
+            return kind
+    return spec.unflatten

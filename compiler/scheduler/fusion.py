@@ -48,6 +48,7 @@ from compiler.ir.nodes import (
     Ref,
     TensorArg,
     Value,
+    Welford,
     address,
     iter_values,
     loads,
@@ -530,9 +531,13 @@ def _merge_dims(
 
 def _one_element(step: Step) -> Step:
     """A reduction over one element is that element, but argmax/argmin give its position:
-    0 (emitters run such a group as pointwise code, storing the step's value)."""
+    0 (emitters run such a group as pointwise code, storing the step's value). A Welford
+    reduction of one state is that state's mean or m2 (a sum of one value)."""
     if step.reduction_type in ("argmax", "argmin"):
         return dataclasses.replace(step, value=Constant(0, torch.int64))
+    if isinstance(step.value, Welford):
+        part = step.value.mean if step.reduction_type == "welford_mean" else step.value.m2
+        return dataclasses.replace(step, value=part, reduction_type="sum")
     return step
 
 

@@ -14,9 +14,14 @@ point is computed, so reads of `x` by other steps of the same kernel still see t
 value, whatever order the updates were written in (Adam's new parameter reads the old
 exp_avg, and with weight decay the new exp_avg reads the old parameter). Later kernels that
 read the new value read it from the input too (an optimizer's step counts: updated by one
-small kernel, read by every parameter's). Only pointwise kernels take part: their steps run
-in order at each point, while a reduction kernel's emitters may move its outer steps around
-its loops.
+small kernel, read by every parameter's).
+
+A reduction kernel takes part for a value computed outside its loops (a training batch
+norm's new running statistics, computed in the kernel that reduces the batch's). Its
+emitters run steps in order, except that a looped Triton kernel computes each outer step
+right after the last loop it needs: so the only steps that may read `x` there are those the
+stored value needs (computed before it) and outer steps that need no loop (computed before
+every loop).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import dataclasses
 
 from torch.utils._pytree import tree_flatten
 
-from compiler.ir.nodes import Graph, Layout, Load, Ref, TensorArg, Value, loads
+from compiler.ir.nodes import Graph, Layout, Load, Ref, TensorArg, Value, iter_values, loads
 from compiler.ir.transform import rewrite
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Step
 
@@ -55,6 +60,8 @@ def write_in_place(launches: list[Launch], graph: Graph) -> list[Launch]:
         k, group = producer
         step = _step(group, src, layouts)
         if step is None or not _safe(out, k, at, group, step, target, copy, graph, layouts, reads):
+            continue
+        if group.kind == "reduction" and not _ordered(group, step, target):
             continue
         needed = _read_elsewhere(out, k, at, src.buf, graph, reads)
         if needed and _can_redirect(out, k, at, src.buf, target, graph, layouts, reads):
@@ -93,13 +100,11 @@ def _target(copy: ExternCall, inputs: dict) -> str | None:
 
 
 def _producer(launches: list[Launch], at: int, buf: str) -> tuple[int, KernelGroup] | None:
-    """The last launch before `at` writing `buf`, when it is a pointwise kernel."""
+    """The last launch before `at` writing `buf`, when it is a kernel."""
     for k in range(at - 1, -1, -1):
         launch = launches[k]
         if buf in launch.writes:
-            if isinstance(launch, KernelGroup) and launch.kind == "pointwise":
-                return k, launch
-            return None
+            return (k, launch) if isinstance(launch, KernelGroup) else None
     return None
 
 
@@ -144,6 +149,31 @@ def _safe(
         if any(o.buf == result for o in graph.outputs if isinstance(o, TensorArg)):
             return False
         if any(result in reads(launch) for launch in launches[at + 1 :]):
+            return False
+    return True
+
+
+def _ordered(group: KernelGroup, step: Step, target: str) -> bool:
+    """In a reduction kernel, whether every read of `target` comes before the store that
+    ends the kernel in every emitter's order (see the module docstring)."""
+    if step.loop != "outer":
+        return False
+    steps = {s.name: s for s in group.steps}
+    memo: dict[str, set[str]] = {}
+
+    def needs(name: str) -> set[str]:
+        if name not in memo:
+            memo[name] = {name}
+            for v in iter_values(steps[name].value):
+                if isinstance(v, Ref) and v.name in steps:
+                    memo[name] |= needs(v.name)
+        return memo[name]
+
+    before = needs(step.name)
+    for s in group.steps:
+        if s.name in before or not any(ld.buf == target for ld in loads(s.value)):
+            continue
+        if s.loop != "outer" or any(steps[n].reduction_type for n in needs(s.name)):
             return False
     return True
 

@@ -21,8 +21,14 @@ a chunk is the innermost, contiguous, part of a row): whole leading dimensions, 
 dimension cut in `parts` pieces of `piece` indices. A cut that divides that dimension needs
 no mask; otherwise the last piece is masked and yields the reduction's identity past the end.
 
+A Welford reduction (a variance's m2, compiler/ir/nodes.py) splits into partial Welford states:
+stage 1 writes each chunk's mean and m2 (two partial buffers, computed in one pass), and stage
+2 combines them with the chunks' element counts, which the plan gives (no third buffer). So a
+training batch norm's statistics, the m2 and the sum for the mean, are two kernels.
+
 Which reductions split (SPLIT_MIN_ELEMENTS, MIN_CHUNK, ROWS_PER_PROCESSOR; tests monkeypatch
-them to split small shapes): sum, prod, max, min, any and all (argmax/argmin stay whole)
+them to split small shapes): sum, prod, max, min, any, all and the Welford reductions
+(argmax/argmin stay whole)
 with at least SPLIT_MIN_ELEMENTS elements per output, when the outputs are fewer than
 ROWS_PER_PROCESSOR rows per processor of the target; S then brings the rows near that
 number, with chunks of at least MIN_CHUNK elements. The target's processors come from the
@@ -40,6 +46,7 @@ import torch
 
 from compiler.ir.index import Index, Var, contiguous_strides, make_vars
 from compiler.ir.nodes import (
+    WELFORD_TYPES,
     Constant,
     ExternKernel,
     IndexValue,
@@ -50,6 +57,7 @@ from compiler.ir.nodes import (
     Pointwise,
     Reduction,
     Value,
+    Welford,
     loads,
 )
 from compiler.ir.transform import add_mask, inline_loads, substitute
@@ -59,7 +67,7 @@ MIN_CHUNK = 1024  # stage-1 rows at least this long (one Triton block of 1024 la
 # Stage 1 aims at this many rows per processor: 32 rows of ~1024 elements, 4 rows to a
 # program (the Triton emitter's 4096-element blocks), are 8 programs per SM of a GPU.
 ROWS_PER_PROCESSOR = 32
-SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
+SPLITTABLE = ("sum", "prod", "max", "min", "any", "all", "welford_mean", "welford_m2")
 
 
 @dataclass(frozen=True)
@@ -203,27 +211,29 @@ def split_reductions(
 
 
 def _split(n: Reduction, plan: SplitPlan, result: SplitResult) -> None:
-    first, second = _stages(n, plan)
-    result.nodes.extend((first, second))
-    result.layouts[first.name] = first.layout
-    # Stage 1 computes the fused prologue: it takes the kernel name's ops and the FX nodes;
-    # stage 2 is the reduction's own.
-    result.names[first.name] = result.names[n.name]
-    result.origins[first.name] = result.origins[n.name]
+    firsts, second = _stages(n, plan)
+    result.nodes.extend((*firsts, second))
+    for first in firsts:
+        result.layouts[first.name] = first.layout
+        # Stage 1 computes the fused prologue: it takes the kernel name's ops and the FX
+        # nodes; stage 2 is the reduction's own.
+        result.names[first.name] = result.names[n.name]
+        result.origins[first.name] = result.origins[n.name]
     result.names[n.name] = {n.aten: None}
     result.origins[n.name] = dict.fromkeys(n.origins)
     fx = f" (FX nodes {', '.join(n.origins)})" if n.origins else ""
     dims = n.reduction_size
     chunk, parts = math.prod(plan.chunk_dims(dims)), math.prod(plan.chunks(dims))
     ragged = ", the last one masked" if plan.masked(dims) else ""
-    result.notes[first.name] = (
+    partials = " and ".join(f"{f.name}{list(f.size)}" for f in firsts)
+    result.notes[firsts[0].name] = (
         f"Split reduction, stage 1 of 2: {n.reduction_type} {n.name}{fx} over "
         f"{math.prod(dims)} elements per output as {parts} chunks of {chunk}{ragged}, "
-        f"into partials {first.name}{list(first.size)}"
+        f"into partials {partials}"
     )
     result.notes[n.name] = (
         f"Split reduction, stage 2 of 2: {n.reduction_type} {n.name}{fx} of the "
-        f"{parts} partials per output in {first.name}"
+        f"{parts} partials per output in {' and '.join(f.name for f in firsts)}"
     )
 
 
@@ -258,7 +268,9 @@ def _absorbed(nodes: list[Node], plans: dict[str, SplitPlan], keep: set[str]) ->
     return {b for b in feeds_split if ok[b]}
 
 
-def _stages(n: Reduction, plan: SplitPlan) -> tuple[Reduction, Reduction]:
+def _stages(n: Reduction, plan: SplitPlan) -> tuple[list[Reduction], Reduction]:
+    """Stage 1's reductions (one, or for welford_m2 the partial means and m2s both, which
+    stage 2 combines) and stage 2."""
     dims = n.reduction_size
     k = len(n.size)
     chunks, chunk_dims = plan.chunks(dims), plan.chunk_dims(dims)
@@ -272,48 +284,100 @@ def _stages(n: Reduction, plan: SplitPlan) -> tuple[Reduction, Reduction]:
     mapping.update(
         {old[t].name: Index.of(cvars[t - plan.dim]) for t in range(plan.dim + 1, len(dims))}
     )
-    body: Value = substitute(n.body, mapping)
+    body: Value = substitute(_pivoted(n), mapping)
     if plan.masked(dims):
         inside = Op(
             "lt",
             (IndexValue(position, torch.int64), Constant(dims[plan.dim], torch.int64)),
             torch.bool,
         )
-        body = Op(
-            "where",
-            (inside, add_mask(body, inside), identity(n.reduction_type, body.dtype)),
-            body.dtype,
-        )
+        body = _masked(body, inside, n.reduction_type)
     acc = body.dtype
     size = n.size + chunks
     layout = Layout(size, _chunks_outermost(k, size), acc, n.layout.device)
-    first = Reduction(
-        f"{n.name}_partial",
-        size,
-        chunk_dims,
-        n.reduction_type,
-        body,
-        layout,
-        size + chunk_dims,
-        tuple(range(len(size), len(size) + len(chunk_dims))),
-        n.origins,
-        n.aten,
-    )
+    kinds = ("welford_mean", "welford_m2") if n.reduction_type == "welford_m2" else None
+    names = (f"{n.name}_partial_mean", f"{n.name}_partial") if kinds else (f"{n.name}_partial",)
+    firsts = [
+        Reduction(
+            name,
+            size,
+            chunk_dims,
+            kind,
+            body,
+            layout,
+            size + chunk_dims,
+            tuple(range(len(size), len(size) + len(chunk_dims))),
+            n.origins,
+            n.aten,
+        )
+        for name, kind in zip(names, kinds or (n.reduction_type,))
+    ]
     outer = tuple(Index.of(v) for v in n.vars)
     reduced = tuple(Index.of(v) for v in make_vars("r", chunks))
+    partials = [Load(f.name, outer + reduced, acc) for f in firsts]
+    if n.reduction_type in WELFORD_TYPES:
+        m2 = partials[1] if kinds else Constant(0.0, acc)
+        combined: Value = Welford(partials[0], m2, _chunk_weight(plan, dims, reduced, acc), acc)
+    else:
+        combined = partials[0]
     second = Reduction(
         n.name,
         n.size,
         chunks,
         n.reduction_type,
-        Load(first.name, outer + reduced, acc),
+        combined,
         n.layout,
         size,
         tuple(range(k, len(size))),
         n.origins,
         n.aten,
     )
-    return first, second
+    return firsts, second
+
+
+def _pivoted(n: Reduction) -> Value:
+    """A variance's elements less the row's first one (var(x) = var(x - k) for any k): the
+    chunks' partial means are then near 0 rather than near the data's mean, so stage 2 takes
+    differences of means that float32 holds to its full precision (at a mean of 1000, a mean
+    is only held to 6e-5, about 1e-5 of a unit variance's m2 once combined)."""
+    body = n.body
+    if n.reduction_type != "welford_m2" or not body.single_elements:
+        return body
+    pivot = substitute(body.mean, {v.name: Index() for v in n.reduction_vars})
+    shifted = Op("sub", (body.mean, pivot), body.dtype)
+    return Welford(shifted, body.m2, body.weight, body.dtype)
+
+
+def _masked(body: Value, inside: Value, reduction_type: str) -> Value:
+    """`body` where `inside` holds, the reduction's identity past the end of the row (for a
+    Welford state: weight 0)."""
+
+    def part(v: Value, fill: Constant) -> Value:
+        return Op("where", (inside, add_mask(v, inside), fill), v.dtype)
+
+    if isinstance(body, Welford):
+        zero = Constant(0.0, body.dtype)
+        m2 = body.m2 if body.single_elements else part(body.m2, zero)
+        return Welford(part(body.mean, zero), m2, part(body.weight, zero), body.dtype)
+    return part(body, identity(reduction_type, body.dtype))
+
+
+def _chunk_weight(
+    plan: SplitPlan, dims: tuple[int, ...], reduced: tuple[Index, ...], dtype: torch.dtype
+) -> Value:
+    """How many elements chunk `reduced` (stage 2's reduced coordinates) holds: the chunk
+    length, less in the masked last piece. Known from the plan, so stage 1 stores no counts."""
+    rest = math.prod(dims[plan.dim + 1 :])
+    full = Constant(float(plan.piece * rest), dtype)
+    if not plan.masked(dims):
+        return full
+    last = Constant(float((dims[plan.dim] - (plan.parts - 1) * plan.piece) * rest), dtype)
+    is_last = Op(
+        "eq",
+        (IndexValue(reduced[-1], torch.int64), Constant(plan.parts - 1, torch.int64)),
+        torch.bool,
+    )
+    return Op("where", (is_last, last, full), dtype)
 
 
 def _chunks_outermost(k: int, size: tuple[int, ...]) -> tuple[int, ...]:

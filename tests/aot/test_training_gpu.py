@@ -16,16 +16,6 @@ from tests.aot.helpers import assert_state_close, train_and_compare, training_gr
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(params=[True, False], ids=["tf32", "fp32"])
-def tf32(request, monkeypatch):
-    """Convolutions and matmuls in TF32 (PyTorch's default for cuDNN) and in full fp32: with
-    TF32 eager and compiled code may pick different cuDNN algorithms (a CUDA graph capture
-    rules some out), whose rounding differs by about 1e-3; in fp32 they must agree closely."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", request.param)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", request.param)
-    return request.param
-
-
 def _cnn() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
@@ -55,10 +45,20 @@ def test_cnn_three_steps_on_cuda(mode, monkeypatch):
     assert {k.graph for k in graph.kernels if k.language == "triton"} == {"forward", "backward"}
 
 
-def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
+@pytest.mark.parametrize("precision", ["tf32", "float64"])
+def test_seed_000_resnet18_reduce_overhead_on_cuda(precision, monkeypatch):
+    """Seed 000's step, 3 times, in reduce-overhead mode. Not in plain fp32: this randomly
+    initialised resnet18's fp32 step is ill-conditioned (on an H100, 2026-11-24, about one run
+    in three a single rounding difference flipped a max-pool or ReLU decision and parted eager
+    and ours by 3e-2, while in float64 both agreed to 2e-14 in 6 of 6 runs). So float64 is
+    the exact yardstick, and TF32 (PyTorch's default for cuDNN) is held to fp32's answer."""
     import torchvision
 
-    model = torchvision.models.resnet18(num_classes=10).cuda()
+    tf32 = precision == "tf32"
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
+    dtype = torch.float32 if tf32 else torch.float64
+    model = torchvision.models.resnet18(num_classes=10).to("cuda", dtype)
     comp_model = copy.deepcopy(model)
     # Eager in full fp32 from eager's and from ours' weights: how far TF32 moves one step
     ref_eager, ref_ours = copy.deepcopy(model), copy.deepcopy(model)
@@ -80,13 +80,16 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda(tf32):
         make_train(torch.optim.SGD(comp_model.parameters(), lr=0.01)), mode="reduce-overhead"
     )
     for step in range(3):
-        data = (torch.randn(8, 3, 64, 64, device="cuda"), torch.randint(10, (8,), device="cuda"))
+        data = (
+            torch.randn(8, 3, 64, 64, device="cuda", dtype=dtype),
+            torch.randint(10, (8,), device="cuda"),
+        )
         ref_eager.load_state_dict(model.state_dict())  # plain SGD: the weights are the state
         ref_ours.load_state_dict(comp_model.state_dict())
         train(model, data)
         train_opt(comp_model, data)
         if not tf32:
-            assert_state_close(model, comp_model, f"step {step}", atol=1e-4, rtol=1e-4)
+            assert_state_close(model, comp_model, f"step {step}", atol=1e-9, rtol=1e-9)
             continue
         # TF32 rounds each product to 10 bits, and eager and a CUDA graph capture may pick
         # different cuDNN algorithms: on an H100 (2026-11-24) conv1's weight gradient at

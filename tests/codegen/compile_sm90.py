@@ -31,10 +31,12 @@ def compile_module(path: Path) -> None:
     spec = importlib.util.spec_from_file_location(f"sm90_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    fn = next(
+    fn = next(  # the kernel, not a helper it calls (welford_combine)
         v
         for v in vars(module).values()
-        if isinstance(v, triton.runtime.jit.JITFunction) and v.__module__ == module.__name__
+        if isinstance(v, triton.runtime.jit.JITFunction)
+        and v.__module__ == module.__name__
+        and "XBLOCK" in v.arg_names
     )
     source = path.read_text()
     signature, constants = {}, {}

@@ -52,6 +52,8 @@ def test_generated_kernels_compile_for_sm90(tmp_path):
             (x > 0).all(1),
             x.to(torch.int64).sum(1),
             x.to(torch.float16).sum(1),
+            x.var(1),  # Welford: partial means and m2s, then their combination
+            torch.var_mean(x.to(torch.float16), 1, correction=0),
         )
     )
     for shape in ((2, 8192), (3, 5003)):

@@ -207,3 +207,35 @@ def test_channels_last_graph_returns_eager_strides_on_cuda():
             for out, ref in zip(outs, refs):
                 torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
                 assert out.stride() == ref.stride()
+
+
+class _ConvThenAttention(torch.nn.Module):
+    """A convolution (so the graph runs channels-last) whose output, computed into heads of
+    shape [B, heads, N, D], feeds CUDA's attention: laid out NHWC, such a query's last
+    dimension is not contiguous, which the attention kernels refuse (timm's coatnet, maxvit
+    and eva02 fell back to eager on an H100 for it, 2026-11-24)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 48, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        b, _, h, w = y.shape
+        q, k, v = (y.reshape(b, 3, 2, 8, h * w).transpose(-1, -2) * 2).relu().unbind(1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).sum((-1, -2))
+
+
+def test_attention_inputs_in_a_channels_last_graph_on_cuda():
+    model = _ConvThenAttention().cuda()
+    compiled = compiler.compile(model)
+    for _ in range(2):
+        x = torch.randn(2, 8, 6, 6, device="cuda")
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+        x.requires_grad_(True)
+        model.zero_grad(set_to_none=True)
+        (g_eager,) = torch.autograd.grad(model(x).sum(), x)
+        (g_ours,) = torch.autograd.grad(compiled(x).sum(), x)
+        torch.testing.assert_close(g_ours, g_eager, atol=1e-4, rtol=1e-4)
+    assert not [g for g in compiler.inspect(compiled).graphs if g.fallback]

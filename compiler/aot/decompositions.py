@@ -11,6 +11,7 @@ lowering intact.
 from __future__ import annotations
 
 import functools
+import struct
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -39,7 +40,6 @@ EXTRA_DECOMPOSITIONS = [
     aten.var,
     aten.var_mean,
     aten.std,
-    aten.unsqueeze,
     aten.flip,
     aten.index_select,
     aten.slice_scatter,
@@ -72,10 +72,46 @@ KEEP_FOR_TRAINING = [aten._scaled_dot_product_flash_attention_for_cpu]
 
 
 @functools.lru_cache(maxsize=None)
-def decomposition_table(training: bool = False) -> dict:
-    """OpOverload -> Python decomposition, built once (per kind of graph)."""
+def _all_decompositions() -> dict:
+    # Collecting torch's composite ops takes ~0.1-0.5 s: once for both kinds of graph.
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def decomposition_table(training: bool = False) -> dict:
+    """OpOverload -> Python decomposition, built once (per kind of graph)."""
+    table = _all_decompositions()
     kept = KEEP + KEEP_FOR_TRAINING if training else KEEP
     keep = {op for packet in kept for op in (getattr(packet, o) for o in packet.overloads())}
-    return {op: fn for op, fn in table.items() if op not in keep}
+    table = {op: fn for op, fn in table.items() if op not in keep}
+    table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
+    return table
+
+
+def _rounded(x: float, dtype: torch.dtype) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0] if dtype == torch.float32 else x
+
+
+def _lerp_scalar(general, start: torch.Tensor, end: torch.Tensor, weight: float) -> torch.Tensor:
+    """torch._refs.lerp with a number weight (Adam's `exp_avg.lerp_(grad, 1 - beta1)`, once per
+    parameter): its branch on `|weight| >= 0.5` is taken here, so the graph gets 3 ops where
+    the reference emits 9 (a 0-d weight tensor, abs, compare, two wheres), with the same
+    values: the weight and `weight - 1` are computed in the tensors' dtype as there."""
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, (int, float))
+        or start.dtype != end.dtype
+        or start.dtype not in (torch.float32, torch.float64)  # the reference upcasts others
+        or start.shape != end.shape
+        or start.stride() != end.stride()
+    ):
+        return general(start, end, weight)
+    # In Python (a tensor made here would be traced). `w - 1` for |w| >= 0.5 is exact in a
+    # double, so rounding it to float32 gives float32's own subtraction.
+    w = _rounded(float(weight), start.dtype)
+    far = abs(w) >= 0.5
+    coeff = _rounded(w - 1, start.dtype) if far else w
+    diff = aten.sub.Tensor(end, start)
+    return aten.add.Tensor(aten.mul.Tensor(diff, coeff), end if far else start)

@@ -61,8 +61,9 @@ def trace_forward(
             tracing_mode="fake",
             _allow_non_fake_inputs=True,  # parameters stay real: they become constants
         )(*example_inputs)
-    aten_gm.graph.eliminate_dead_code()  # functional: unused results (batch norm's stats) go
-    aten_gm.recompile()
+    # functional: unused results (batch norm's stats) go; the code is regenerated only then
+    if aten_gm.graph.eliminate_dead_code():
+        aten_gm.recompile()
 
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
     user_nodes = {n.name for n in gm.graph.nodes}

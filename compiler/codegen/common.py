@@ -11,8 +11,9 @@ wrapper's namespace. So a new backend language is one module exposing an object 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -30,6 +31,31 @@ class KernelSource:
     grid: str = ""  # readable launch grid, for the inspector
     config: dict[str, Any] = field(default_factory=dict)  # block sizes, warps, ...
     bytes_accessed: int = 0  # minimal bytes read + written
+
+
+# Whole-line comments per language: kernels name their FX nodes, user lines and buffers there.
+_COMMENT = {"cpp": "//", "triton": "#"}
+
+
+def shared_kernels(kernels: Sequence[KernelSource]) -> dict[str, str]:
+    """Kernel name -> the name of the first kernel with the same code (itself when none).
+
+    Kernels that differ only in their name and comments compile to the same code: repeated
+    blocks of a network (resnet's batch norms of one shape) and an optimizer step's updates
+    of same-sized parameters. The runtime compiles the first of each set and binds the others
+    to it. Only whole comment lines are ignored, so kernels whose code differs in anything,
+    launch grid and configuration included, stay apart."""
+    first: dict[tuple, str] = {}
+    out: dict[str, str] = {}
+    for k in kernels:
+        comment = _COMMENT.get(k.language)
+        lines = k.source.splitlines()
+        if comment is not None:
+            lines = [line for line in lines if not line.lstrip().startswith(comment)]
+        code = re.sub(rf"\b{re.escape(k.name)}\b", "@kernel@", "\n".join(lines))
+        key = (k.language, code, k.grid, repr(sorted(k.config.items(), key=repr)))
+        out[k.name] = first.setdefault(key, k.name)
+    return out
 
 
 class KernelEmitter(Protocol):

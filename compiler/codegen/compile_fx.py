@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler import config
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
-from compiler.codegen.common import KernelSource, emitter_for
+from compiler.codegen.common import KernelSource, emitter_for, shared_kernels
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import lower
@@ -292,6 +292,7 @@ class _Compiled:
         )
         self.aot, self.part = aot, part
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
+        self.shared: dict[str, str] = {}  # kernel -> the kernel whose compiled code it runs
 
     def stage(self, name: str):
         return self.record.stage(name)
@@ -351,10 +352,23 @@ class _Compiled:
         source: str,
         device: torch.device,
     ) -> Callable:
+        # Kernels with the same code as an earlier one are compiled once and bound to it.
+        shared = shared_kernels(list(kernels.values()))
+        self.shared = {n: first for n, first in shared.items() if n != first}  # for records
+        unique = {name: k for name, k in kernels.items() if shared[k.name] == k.name}
+        if len(unique) < len(kernels):
+            note = (
+                f"{len(kernels) - len(unique)} of {len(kernels)} kernels have the code of an "
+                "earlier kernel (names and comments aside) and share its compiled code"
+            )
+            note = f"{self.part} graph: {note}" if self.part else note
+            if note not in self.record.notes:  # a recompile for new shapes may say it again
+                self.record.notes.append(note)
         if hasattr(emitter, "load_many"):  # compiles several kernels together, in parallel
-            loaded = dict(zip(kernels, emitter.load_many(list(kernels.values()), self.mode)))
+            loaded = dict(zip(unique, emitter.load_many(list(unique.values()), self.mode)))
         else:
-            loaded = {name: emitter.load(k, self.mode) for name, k in kernels.items()}
+            loaded = {name: emitter.load(k, self.mode) for name, k in unique.items()}
+        by_kernel_name = {k.name: name for name, k in kernels.items()}
         if emitter.language == "triton" and device.type == "cuda":
             from compiler.runtime.triton_launch import warm_all
 
@@ -362,8 +376,13 @@ class _Compiled:
                 [
                     (loaded[k.name], [sched.buffers[b].dtype for b in (*k.reads, *k.writes)])
                     for k in sched.kernels
+                    if k.name in unique
                 ]
             )
+        for name, k in kernels.items():
+            if name not in loaded:
+                first = loaded[by_kernel_name[shared[k.name]]]
+                loaded[name] = emitter.alias(first, k) if hasattr(emitter, "alias") else first
         module, _ = load_module(source, str(device.type), kind="wrappers", shared=False)
         # Bound under each KernelSource's own name, which its `call` line uses (the C++
         # emitter names kernels cpp_* where the scheduler's group name says triton_*).
@@ -381,6 +400,9 @@ class _Compiled:
         for launch in sched.launches:
             if isinstance(launch, KernelGroup):
                 k = kernels[launch.name]
+                config = dict(k.config)
+                if k.name in self.shared:
+                    config["compiled_as"] = self.shared[k.name]  # the same code, compiled once
                 rec.kernels.append(
                     KernelRecord(
                         k.name,
@@ -389,7 +411,7 @@ class _Compiled:
                         list(launch.origins),
                         _lines(sched, launch.origins),
                         k.grid,
-                        dict(k.config),
+                        config,
                         k.bytes_accessed,
                         graph=self.part,
                     )

@@ -699,5 +699,12 @@ class CppEmitter:
                 out[k] = CppKernel(kernel.name, getattr(lib, kernel.name), nargs, flag)
         return [k for k in out if k is not None]
 
+    def alias(self, loaded: CppKernel, kernel: KernelSource) -> CppKernel:
+        """`kernel` run by the compiled code of `loaded` (the same code, another name): its
+        own name in profiles and errors."""
+        return CppKernel(
+            kernel.name, loaded.function, len(loaded.function.argtypes), loaded.index_error
+        )
+
 
 EMITTER = CppEmitter()

@@ -30,7 +30,7 @@ import dataclasses
 
 from torch.utils._pytree import tree_flatten
 
-from compiler.ir.nodes import Graph, Load, Ref, TensorArg, Value, iter_values, loads
+from compiler.ir.nodes import Graph, Layout, Load, Ref, TensorArg, Value, iter_values, loads
 from compiler.ir.transform import rewrite
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Step
 
@@ -44,23 +44,27 @@ def write_in_place(launches: list[Launch], graph: Graph) -> list[Launch]:
     copies = [c for c in launches if isinstance(c, ExternCall) and c.node.op == _COPY]
     targets = [_target(c, inputs) for c in copies]
     written = [t for t in targets if t is not None]
+    # An optimizer step has a copy per parameter and state tensor, each checked against every
+    # launch: the layouts and each launch's reads are computed once, not per copy.
+    layouts = graph.buffer_layouts()
+    reads = _ReadSets()
     out = list(launches)
     for copy, target in zip(copies, targets):
         if target is None or written.count(target) != 1:
             continue
         _, src = copy.node.args[:2]
-        at = out.index(copy)
-        producer = _producer(out[:at], src.buf)
+        at = next(j for j, launch in enumerate(out) if launch is copy)
+        producer = _producer(out, at, src.buf)
         if producer is None:
             continue
         k, group = producer
-        step = _step(group, src, graph)
-        if step is None or not _safe(out, k, at, group, step, target, copy, graph):
+        step = _step(group, src, layouts)
+        if step is None or not _safe(out, k, at, group, step, target, copy, graph, layouts, reads):
             continue
         if group.kind == "reduction" and not _ordered(group, step, target):
             continue
-        needed = _read_elsewhere(out, k, at, src.buf, graph)
-        if needed and _can_redirect(out, k, at, src.buf, target, graph):
+        needed = _read_elsewhere(out, k, at, src.buf, graph, reads)
+        if needed and _can_redirect(out, k, at, src.buf, target, graph, layouts, reads):
             # later kernels read the input, which holds the value from kernel k on
             out = [
                 _reading(launch, src.buf, target) if j > k else launch
@@ -72,6 +76,20 @@ def write_in_place(launches: list[Launch], graph: Graph) -> list[Launch]:
     return out
 
 
+class _ReadSets:
+    """The buffers each launch reads, computed once per launch object (launches are
+    immutable; the ones this pass rewrites are new objects)."""
+
+    def __init__(self) -> None:
+        self._sets: dict[int, tuple[Launch, set[str]]] = {}
+
+    def __call__(self, launch: Launch) -> set[str]:
+        hit = self._sets.get(id(launch))
+        if hit is None or hit[0] is not launch:
+            hit = self._sets[id(launch)] = (launch, _reads(launch))
+        return hit[1]
+
+
 def _target(copy: ExternCall, inputs: dict) -> str | None:
     """The graph input a copy writes, when it writes the whole input."""
     args = copy.node.args
@@ -81,17 +99,18 @@ def _target(copy: ExternCall, inputs: dict) -> str | None:
     return dst.buf if inputs.get(dst.buf) == dst.layout else None
 
 
-def _producer(launches: list[Launch], buf: str) -> tuple[int, KernelGroup] | None:
-    for k in range(len(launches) - 1, -1, -1):
+def _producer(launches: list[Launch], at: int, buf: str) -> tuple[int, KernelGroup] | None:
+    """The last launch before `at` writing `buf`, when it is a kernel."""
+    for k in range(at - 1, -1, -1):
         launch = launches[k]
         if buf in launch.writes:
             return (k, launch) if isinstance(launch, KernelGroup) else None
     return None
 
 
-def _step(group: KernelGroup, src: TensorArg, graph: Graph) -> Step | None:
+def _step(group: KernelGroup, src: TensorArg, layouts: dict[str, Layout]) -> Step | None:
     """The kernel's step storing the copied value, when the copy reads all of that buffer."""
-    layout = graph.buffer_layouts().get(src.buf)
+    layout = layouts.get(src.buf)
     if layout is None or src.layout != layout:
         return None
     for s in group.steps:
@@ -109,13 +128,14 @@ def _safe(
     target: str,
     copy: ExternCall,
     graph: Graph,
+    layouts: dict[str, Layout],
+    reads: _ReadSets,
 ) -> bool:
-    layouts = graph.buffer_layouts()
     if layouts[step.name].size != layouts[target].size:
         return False
     if layouts[step.name].dtype != layouts[target].dtype:
         return False
-    if any(target in _reads(launch) for launch in launches[k + 1 : at]):
+    if any(target in reads(launch) for launch in launches[k + 1 : at]):
         return False  # a later launch reads the old value
     if any(
         ld.indices != step.store or ld.mask is not None
@@ -128,7 +148,7 @@ def _safe(
     if result is not None:
         if any(o.buf == result for o in graph.outputs if isinstance(o, TensorArg)):
             return False
-        if any(result in _reads(launch) for launch in launches[at + 1 :]):
+        if any(result in reads(launch) for launch in launches[at + 1 :]):
             return False
     return True
 
@@ -166,19 +186,27 @@ def _reads(launch: Launch) -> set[str]:
     return {a.buf for a in flat if isinstance(a, TensorArg)}
 
 
-def _read_elsewhere(launches: list[Launch], k: int, at: int, buf: str, graph: Graph) -> bool:
+def _read_elsewhere(
+    launches: list[Launch], k: int, at: int, buf: str, graph: Graph, reads: _ReadSets
+) -> bool:
     """Whether `buf` is needed after the copy goes: an output, or read by another launch."""
     if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
         return True
-    return any(buf in _reads(launch) for j, launch in enumerate(launches) if j not in (k, at))
+    return any(buf in reads(launch) for j, launch in enumerate(launches) if j not in (k, at))
 
 
 def _can_redirect(
-    launches: list[Launch], k: int, at: int, buf: str, target: str, graph: Graph
+    launches: list[Launch],
+    k: int,
+    at: int,
+    buf: str,
+    target: str,
+    graph: Graph,
+    layouts: dict[str, Layout],
+    reads: _ReadSets,
 ) -> bool:
     """Whether every other reader of `buf` may read `target` instead: kernels after `k` (the
     input is written there and nowhere else), with the same layout to index."""
-    layouts = graph.buffer_layouts()
     if layouts[buf] != layouts[target]:
         return False
     if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
@@ -186,7 +214,7 @@ def _can_redirect(
     return all(
         isinstance(launch, KernelGroup) and j > k
         for j, launch in enumerate(launches)
-        if j not in (k, at) and buf in _reads(launch)
+        if j not in (k, at) and buf in reads(launch)
     )
 
 

@@ -114,6 +114,12 @@ def emitter_for(device: torch.device) -> tuple[KernelEmitter | None, str]:
     return None, "no CPU kernel emitter is available (compiler.codegen.cpp did not load)"
 
 
+def kernel_arguments(group: KernelGroup) -> list[str]:
+    """The buffers a kernel takes, in its parameters' order: those it reads, then those it
+    writes, each once (an input written in place is read and written through one pointer)."""
+    return list(dict.fromkeys((*group.reads, *group.writes)))
+
+
 def store_order(group: KernelGroup, buffers: dict[str, Layout]) -> list[Var]:
     """The kernel's outer variables, outermost first, ordered so the smallest stride of its
     first store varies fastest: channels-last and transposed outputs are then written

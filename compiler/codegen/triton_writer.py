@@ -138,6 +138,8 @@ class KernelWriter:
         self.reduction = group.kind == "reduction"
         self.config = default_config(group.kind, group.outer_numel, group.reduction_numel)
         self.persistent = self.config.get("persistent", False)
+        # common.kernel_arguments' order: a buffer written in place keeps its place among
+        # the reads (warm-ups pass dtypes in that order)
         self.args: dict[str, str] = {}
         for k, b in enumerate(group.reads):
             self.args[b] = f"in_ptr{k}"

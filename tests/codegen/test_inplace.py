@@ -130,3 +130,34 @@ def test_an_old_value_read_after_a_later_reduction_keeps_its_copy(row):
     # (sums of 5000 squares in another order: 1e-5 apart; reading the new `a` is 1e0 off)
     record = _run(fn, torch.randn(4, row), torch.randn(4), rtol=1e-4, atol=1e-4)
     assert _copies(record)
+
+
+def test_kernel_parameters_are_the_warm_up_arguments(emitter):
+    """On CUDA each kernel is compiled ahead (in worker processes) for the dtypes of
+    `warm_up_dtypes`; when those did not match its parameters, as for an input written in
+    place, every warm-up failed and the kernel compiled at its first launch, one at a time
+    (an Adam step's first call: 12 s on an H100)."""
+    if emitter != "triton":
+        pytest.skip("Triton kernels only")
+    import re
+
+    from compiler.aot.trace import trace_forward
+    from compiler.codegen.compile_fx import warm_up_dtypes
+    from compiler.codegen.triton import kernel_source
+    from compiler.lowering.core import lower
+    from compiler.scheduler.fusion import schedule
+
+    def fn(p, g, m):
+        m.mul_(0.9).add_(g)
+        p.sub_(m * 0.1)
+        return ()
+
+    gm = torch.fx.symbolic_trace(fn)
+    args = [torch.randn(8), torch.randn(8), torch.randn(8)]
+    graph, _ = lower(trace_forward(gm, args), args)
+    sched = schedule(graph)
+    (group,) = sched.kernels
+    assert set(group.reads) & set(group.writes)  # inputs written in place: the case that broke
+    params = re.search(r"def \w+\((.*?)\):", kernel_source(group, sched).source).group(1)
+    pointers = [p.strip() for p in params.split(",") if "constexpr" not in p]
+    assert len(pointers) == len(warm_up_dtypes(group, sched))

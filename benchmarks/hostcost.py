@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import compiler  # noqa: E402
 from benchmarks.guards import guard_function  # noqa: E402
+from benchmarks.train_gpu import make_train  # noqa: E402
 from compiler.runtime import tensor_guards  # noqa: E402
 
 WIDTH_DIVISOR = 16
@@ -78,17 +79,6 @@ def narrow(model: torch.nn.Module) -> torch.nn.Module:
                 continue
             setattr(parent, name, new)
     return model
-
-
-def make_train(opt: torch.optim.Optimizer) -> Callable:
-    def train(mod, data):
-        opt.zero_grad(True)
-        pred = mod(data[0])
-        loss = torch.nn.CrossEntropyLoss()(pred, data[1])
-        loss.backward()
-        opt.step()
-
-    return train
 
 
 def time_round_robin(

@@ -186,15 +186,7 @@ def _write_loops(w: KernelWriter, top: Scope) -> None:
             mean, m2 = reduced[acc]
             w.finish_reduction(s, (mean if s.reduction_type == "welford_mean" else m2, 1), top)
         for s in reductions:
-            acc = f"_{s.name}"
-            if s.reduction_type in ("argmax", "argmin"):
-                top.lines.append(
-                    f"    _, {s.name}_idx = tl.reduce(({acc}, {acc}_idx), 1, th.{s.reduction_type}_combine)"
-                )
-                out = w.tmp(top, f"{s.name}_idx[:, None].to(tl.int64)", 1)
-            else:
-                out = w.tmp(top, w.reduce_block(s, acc, top), 1)
-            w.finish_reduction(s, out, top)
+            w.reduce_lanes(s, f"_{s.name}", f"_{s.name}_idx", top)
 
 
 def _at_row_start(value: Value, w: KernelWriter) -> Value:

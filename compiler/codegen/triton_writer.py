@@ -391,14 +391,19 @@ class KernelWriter:
             return
         v, _ = self.value(step.value, scope)
         masked = f"tl.where(xmask & rmask, {v}, {self.identity(step)})"
+        self.reduce_lanes(step, masked, "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)", scope)
+
+    def reduce_lanes(self, step: Step, block: str, index: str, scope: Scope) -> None:
+        """Finish `step` from its [XBLOCK, RBLOCK] `block` of lane values (masked), reduced
+        across the lanes; argmax/argmin reduce (value, `index`) pairs and keep the index."""
+        rt = step.reduction_type
         if rt in ("argmax", "argmin"):
-            idx = "rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
             scope.lines.append(
-                f"{scope.indent}_, {step.name}_idx = tl.reduce(({masked}, {idx}), 1, th.{rt}_combine)"
+                f"{scope.indent}_, {step.name}_idx = tl.reduce(({block}, {index}), 1, th.{rt}_combine)"
             )
             out = self.tmp(scope, f"{step.name}_idx[:, None].to(tl.int64)", 1)
         else:
-            out = self.tmp(scope, self.reduce_block(step, masked, scope), 1)
+            out = self.tmp(scope, self.reduce_block(step, block, scope), 1)
         self.finish_reduction(step, out, scope)
 
     def welford_row(self, body: Welford, scope: Scope) -> tuple[str, str]:

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from compiler.runtime.gc_pause import gc_paused
+
 
 class CompilerWarning(UserWarning):
     """A function, or a graph of it, runs eagerly because the compiler could not handle it;
@@ -148,7 +150,8 @@ class GraphRecord:
     def stage(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            yield
+            with gc_paused():
+                yield
         finally:
             self.stage_times.append(StageTime(name, time.perf_counter() - start))
 

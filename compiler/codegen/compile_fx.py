@@ -35,6 +35,7 @@ from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.runtime.cpp_build import CppCompileError
 from compiler.runtime.eager import run_eagerly
+from compiler.runtime.gc_pause import gc_paused
 from compiler.runtime.keys import SignatureKey, kept_key
 from compiler.runtime.support import unflattener
 from compiler.scheduler.fusion import schedule as fuse
@@ -226,7 +227,10 @@ class CompiledGraph:
         that keeps the key passes it, so its lookups find the entry by identity)."""
         key = _signature(args) if key is None else key
         try:
-            built = _Compiled(self.gm, args, self.mode, self.record, self.aot, self.part).build()
+            with gc_paused():  # all its stages in one pause (a backward compiles at its call)
+                built = _Compiled(
+                    self.gm, args, self.mode, self.record, self.aot, self.part
+                ).build()
         except Exception as exc:  # never break user code: run the graph eagerly
             self.entries[key] = self._fallback(exc)
             return self.entries[key]

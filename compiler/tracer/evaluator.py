@@ -30,6 +30,7 @@ from compiler.records import (
     GraphRecord,
     SourceLine,
 )
+from compiler.runtime.gc_pause import gc_paused
 from compiler.tracer import concrete
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
@@ -248,7 +249,8 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             L = frame.values()
             entry = _lookup(state, frame.pc, L, frame.globals)
             if entry is None:
-                entry = _compile_entry(ctx, state, frame, L)
+                with gc_paused():
+                    entry = _compile_entry(ctx, state, frame, L)
                 if entry is None:
                     return _run_rest(frame, call_real)
             entry.record.hits += 1

@@ -14,21 +14,12 @@ import torch
 import torchvision
 
 import compiler
+from benchmarks.train_gpu import make_train
 from compiler.optim import step as optim_step
 from compiler.runtime import cudagraphs
 
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
-
-
-def make_train(opt):
-    def train(mod, data):
-        opt.zero_grad(True)
-        loss = torch.nn.CrossEntropyLoss()(mod(data[0]), data[1])
-        loss.backward()
-        opt.step()
-
-    return train
 
 
 def rel(a, b):

@@ -15,6 +15,19 @@ from compiler.records import CompiledReport
 Batch = Callable[[], tuple]
 
 
+def seed_000_train(opt: torch.optim.Optimizer) -> Callable:
+    """Seed 000's `train(mod, data)` step for `opt`: zero_grad, forward, loss, backward, step."""
+
+    def train(mod, data):
+        opt.zero_grad(True)
+        pred = mod(data[0])
+        loss = torch.nn.CrossEntropyLoss()(pred, data[1])
+        loss.backward()
+        opt.step()
+
+    return train
+
+
 def assert_state_close(
     eager: torch.nn.Module, comp: torch.nn.Module, what: str, **tol: Any
 ) -> None:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from tests.aot.helpers import assert_state_close
+from tests.aot.helpers import assert_state_close, seed_000_train
 from tests.aot.test_optimizers import assert_optimizers_close, step_record
 
 pytestmark = pytest.mark.gpu
@@ -99,19 +99,9 @@ def test_seed_000_training_step_with_adam_on_cuda(mode):
     model = _cnn()
     comp_model = copy.deepcopy(model)
 
-    def make_train(opt):
-        def train(mod, data):
-            opt.zero_grad(True)
-            pred = mod(data[0])
-            loss = torch.nn.CrossEntropyLoss()(pred, data[1])
-            loss.backward()
-            opt.step()
-
-        return train
-
     opt = torch.optim.Adam(model.parameters())
     comp_opt = torch.optim.Adam(comp_model.parameters())
-    train, train_opt = make_train(opt), compiler.compile(make_train(comp_opt), mode=mode)
+    train, train_opt = seed_000_train(opt), compiler.compile(seed_000_train(comp_opt), mode=mode)
     for k in range(3):
         data = _batch()
         train(model, data)

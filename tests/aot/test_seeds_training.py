@@ -9,7 +9,7 @@ import torch
 import torchvision
 
 import compiler
-from tests.aot.helpers import assert_state_close, training_graphs
+from tests.aot.helpers import assert_state_close, seed_000_train, training_graphs
 
 
 def _model() -> torch.nn.Module:
@@ -29,18 +29,8 @@ def test_seed_000_train_with_optimizer_inside():
     model = _model()
     comp_model = copy.deepcopy(model)
 
-    def make_train(opt):
-        def train(mod, data):
-            opt.zero_grad(True)
-            pred = mod(data[0])
-            loss = torch.nn.CrossEntropyLoss()(pred, data[1])
-            loss.backward()
-            opt.step()
-
-        return train
-
-    train = make_train(torch.optim.Adam(model.parameters()))
-    train_opt = compiler.compile(make_train(torch.optim.Adam(comp_model.parameters())))
+    train = seed_000_train(torch.optim.Adam(model.parameters()))
+    train_opt = compiler.compile(seed_000_train(torch.optim.Adam(comp_model.parameters())))
     for step in range(3):
         data = _data()
         train(model, data)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from tests.aot.helpers import assert_state_close, train_and_compare, training_graphs
+from tests.aot.helpers import assert_state_close, seed_000_train, train_and_compare, training_graphs
 
 pytestmark = pytest.mark.gpu
 
@@ -63,21 +63,11 @@ def test_seed_000_resnet18_reduce_overhead_on_cuda(precision, monkeypatch):
     # Eager in full fp32 from eager's and from ours' weights: how far TF32 moves one step
     ref_eager, ref_ours = copy.deepcopy(model), copy.deepcopy(model)
 
-    def make_train(opt):
-        def train(mod, data):
-            opt.zero_grad(True)
-            pred = mod(data[0])
-            loss = torch.nn.CrossEntropyLoss()(pred, data[1])
-            loss.backward()
-            opt.step()
-
-        return train
-
-    train = make_train(torch.optim.SGD(model.parameters(), lr=0.01))
-    train_ref_eager = make_train(torch.optim.SGD(ref_eager.parameters(), lr=0.01))
-    train_ref_ours = make_train(torch.optim.SGD(ref_ours.parameters(), lr=0.01))
+    train = seed_000_train(torch.optim.SGD(model.parameters(), lr=0.01))
+    train_ref_eager = seed_000_train(torch.optim.SGD(ref_eager.parameters(), lr=0.01))
+    train_ref_ours = seed_000_train(torch.optim.SGD(ref_ours.parameters(), lr=0.01))
     train_opt = compiler.compile(
-        make_train(torch.optim.SGD(comp_model.parameters(), lr=0.01)), mode="reduce-overhead"
+        seed_000_train(torch.optim.SGD(comp_model.parameters(), lr=0.01)), mode="reduce-overhead"
     )
     for step in range(3):
         data = (

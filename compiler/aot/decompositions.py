@@ -16,6 +16,8 @@ import struct
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from compiler.aot import batch_norm
+
 aten = torch.ops.aten
 
 EXTRA_DECOMPOSITIONS = [
@@ -71,6 +73,13 @@ KEEP = [
 KEEP_FOR_TRAINING = [aten._scaled_dot_product_flash_attention_for_cpu]
 
 
+# Ours in place of torch's, falling back to them outside the cases they cover.
+LEAN = {
+    aten.native_batch_norm.default: batch_norm.native_batch_norm,
+    aten.native_batch_norm_backward.default: batch_norm.native_batch_norm_backward,
+}
+
+
 @functools.lru_cache(maxsize=None)
 def _all_decompositions() -> dict:
     # Collecting torch's composite ops takes ~0.1-0.5 s: once for both kinds of graph.
@@ -87,6 +96,8 @@ def decomposition_table(training: bool = False) -> dict:
     keep = {op for packet in kept for op in (getattr(packet, o) for o in packet.overloads())}
     table = {op: fn for op, fn in table.items() if op not in keep}
     table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
+    for op, ours in LEAN.items():
+        table[op] = functools.partial(ours, table[op])
     return table
 
 

@@ -55,3 +55,66 @@ def test_compiled_lerp_matches_eager(weight):
     a, b = torch.randn(64, 33), torch.randn(64, 33)
     for actual, expected in zip(fn(a, b), (a.lerp(b, weight), b.clone().lerp_(a, weight))):
         torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-7)
+
+
+NATIVE_BN = torch.ops.aten.native_batch_norm.default
+NATIVE_BN_BACKWARD = torch.ops.aten.native_batch_norm_backward.default
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape", [(4, 8, 5, 5), (3, 8), (2, 8, 7), (2, 1, 3, 3), (2, 3, 2, 3, 2)])
+def test_batch_norm_matches_the_reference(shape, training, affine, dtype):
+    """Ours (compiler/aot/batch_norm.py) against torch._decomp's, which it falls back to:
+    the same values bit for bit, the same layouts, the same running statistics written."""
+    forward, backward = (decomposition_table(True)[op] for op in (NATIVE_BN, NATIVE_BN_BACKWARD))
+    channels = shape[1]
+    x = torch.randn(shape, dtype=dtype).contiguous(
+        memory_format=torch.channels_last if len(shape) == 4 else torch.contiguous_format
+    )
+    weight, bias = (torch.randn(channels, dtype=dtype) if affine else None for _ in range(2))
+    stats = [torch.randn(channels, dtype=dtype), torch.rand(channels, dtype=dtype) + 0.5]
+    stats_ref = [s.clone() for s in stats]
+    actual = forward(x, weight, bias, *stats, training, 0.1, 1e-5)
+    expected = forward.args[0](x, weight, bias, *stats_ref, training, 0.1, 1e-5)
+    _assert_same(actual, expected)
+    _assert_same(stats, stats_ref)
+    grad = torch.randn(shape, dtype=dtype)
+    saved = actual[1:] if training else stats
+    mask = [True, affine, affine]
+    actual = backward(grad, x, weight, *stats, *saved, training, 1e-5, mask)
+    expected = backward.args[0](grad, x, weight, *stats, *saved, training, 1e-5, mask)
+    _assert_same(actual, expected)
+
+
+def _assert_same(actual, expected) -> None:
+    for a, e in zip(actual, expected, strict=True):
+        assert (a is None) == (e is None)
+        if a is not None:
+            assert a.dtype == e.dtype and a.shape == e.shape and a.stride() == e.stride()
+            assert torch.equal(a, e)
+
+
+def test_batch_norm_broadcasts_with_one_view_per_vector():
+    """Each per-channel vector is one `view`, not a chain of unsqueezes, and eval mode does
+    not copy the running statistics."""
+    x, w, b, mean, var = torch.randn(2, 4, 3, 3), *(torch.rand(4) for _ in range(4))
+
+    def eval_bn(x, w, b, mean, var):
+        return torch.nn.functional.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)
+
+    with torch.no_grad():
+        ops = _aten_ops(eval_bn, x, w, b, mean, var)
+    assert "aten.unsqueeze.default" not in ops and "prims.convert_element_type.default" not in ops
+    assert ops.count("aten.view.default") == 4
+
+    def backward(grad, x, w, mean, invstd):
+        return NATIVE_BN_BACKWARD(grad, x, w, None, None, mean, invstd, True, 1e-5, [True] * 3)
+
+    ops = _aten_ops(backward, torch.randn(2, 4, 3, 3), x, w, mean, var)
+    assert "aten.unsqueeze.default" not in ops and ops.count("aten.view.default") == 4
+    # float16 keeps the reference (it computes in float32)
+    half = [t.half() for t in (x, w, b, mean, var)]
+    with torch.no_grad():
+        assert "aten.unsqueeze.default" in _aten_ops(eval_bn, *half)

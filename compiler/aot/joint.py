@@ -9,13 +9,17 @@ Three passes, all on fake tensors:
    after it, so they stay views of it as in eager.
 2. `make_fx` over `joint(primals, tangents)`, which runs the graph with grad on and then
    `torch.autograd.grad(outputs, inputs, tangents)`: the dispatcher records the forward ops
-   and the ops autograd's engine runs for the backward (convolution_backward, ...).
+   and the ops autograd's engine runs for the backward (convolution_backward, ...), each
+   decomposed with our table below autograd, as inference graphs are (trace.py).
    Hooks on the autograd nodes make each backward aten node name the FX node whose
    gradient it computes, so backward kernels point at the user line they differentiate.
-3. `trace_forward` (compiler/aot/trace.py) over that graph: functionalize it and apply our
-   decompositions, as for inference graphs (decomposing in pass 2 would hand functionalize
-   prims ops it cannot handle). In-place updates of inputs (BatchNorm's running
-   statistics) become trailing `copy_` nodes.
+3. `remove_mutations` (compiler/aot/inplace.py): the in-place ops the trace recorded
+   (`relu_`, `out += identity`, batch norm's running statistics) become out-of-place ops
+   read by everything after them, and inputs updated in place get trailing `copy_` nodes,
+   as functionalize would leave them. When a mutation is more than a renaming (a view
+   written in place, ...), pass 2 runs again without decompositions and `trace_forward`
+   (compiler/aot/trace.py) functionalizes and decomposes that graph by re-tracing it
+   (functionalize cannot take the prims ops some decompositions emit).
 
 The result's placeholders are the graph's inputs followed by one tangent per
 differentiable computed output; it returns the computed tensor outputs, then one gradient
@@ -35,6 +39,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten
 
+from compiler.aot.decompositions import decomposition_table
+from compiler.aot.inplace import remove_mutations
 from compiler.aot.trace import AotGraph, source_line_of, trace_forward
 
 
@@ -113,13 +119,17 @@ def trace_joint(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Joi
         for o in outputs
         if o.differentiable
     ]
-    joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad)
-    functional = trace_forward(joint, [*inputs, *tangents], training=True)
-    aot = AotGraph(
-        functional.gm,
-        _compose_origins(functional.origins, joint),
-        {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None},
+    lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
+    joint = _trace_autograd(
+        gm, list(inputs), tangents, outputs, requires_grad, decomposition_table(training=True)
     )
+    functional = remove_mutations(joint)
+    if functional is not None:
+        aot = AotGraph(functional, _origins(functional, gm), lines)
+    else:  # functionalize's re-trace, which cannot take the decompositions' prims ops
+        joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad, None)
+        retraced = trace_forward(joint, [*inputs, *tangents], training=True)
+        aot = AotGraph(retraced.gm, _compose_origins(retraced.origins, joint), lines)
     _name_placeholders(aot.gm, gm, len(tangents))
     mutated = mutated_inputs(aot.gm)
     if any(requires_grad[i] for i in mutated):
@@ -270,6 +280,7 @@ def _trace_autograd(
     tangents: list[torch.Tensor],
     outputs: list[OutputInfo],
     requires_grad: list[bool],
+    decompositions: dict | None,
 ) -> torch.fx.GraphModule:
     n = len(inputs)
     diff = [i for i, o in enumerate(outputs) if o.differentiable]
@@ -300,6 +311,7 @@ def _trace_autograd(
     with fx_traceback.preserve_node_meta():
         joint_gm = make_fx(
             joint,
+            decomposition_table=decompositions,
             tracing_mode="fake",
             _allow_non_fake_inputs=True,
         )(*inputs, *tangents)
@@ -356,6 +368,18 @@ class _OriginInterpreter(torch.fx.Interpreter):
         if n.op != "placeholder":
             self.origins.claim(result, n)
         return result
+
+
+def _origins(joint: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[str, tuple[str, ...]]:
+    """aten node -> the user FX nodes it came from (their names in `from_node`)."""
+    user_nodes = {n.name for n in gm.graph.nodes}
+    origins = {}
+    for node in joint.graph.nodes:
+        names = dict.fromkeys(
+            getattr(src, "name", str(src)) for src in node.meta.get("from_node", ())
+        )
+        origins[node.name] = tuple(n for n in names if n in user_nodes)
+    return origins
 
 
 def _compose_origins(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.fx
@@ -28,13 +29,17 @@ from torch._subclasses.fake_tensor import FakeTensor
 aten = torch.ops.aten
 
 
-def remove_mutations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:
-    """`gm` (an aten graph from make_fx) rewritten without in-place ops, or None when one of
-    its mutations is not a renaming (see the module docstring). Rewrites `gm` in place only
-    when it returns it."""
+def remove_mutations(
+    gm: torch.fx.GraphModule, decompositions: Mapping | None = None
+) -> torch.fx.GraphModule | None:
+    """`gm` (an aten graph from make_fx with `decompositions`) rewritten without in-place
+    ops, or None when one of its mutations is not a renaming (see the module docstring) or
+    its out-of-place form is an op the table decomposes (`clamp_min_` recorded whole, where
+    functionalize's re-trace decomposes `clamp_min`). Rewrites `gm` in place only when it
+    returns it."""
     graph = gm.graph
     nodes = list(graph.nodes)
-    plan = _plan(nodes)
+    plan = _plan(nodes, decompositions or {})
     if plan is None:
         return None
     latest: dict[torch.fx.Node, torch.fx.Node] = {}  # mutated tensor -> its current value
@@ -71,7 +76,9 @@ def remove_mutations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:
     return gm
 
 
-def _plan(nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, _Rewrite] | None:
+def _plan(
+    nodes: list[torch.fx.Node], decompositions: Mapping
+) -> dict[torch.fx.Node, _Rewrite] | None:
     """Each mutating node -> how it is removed, or None when some mutation is not a
     renaming."""
     position = {n: i for i, n in enumerate(nodes)}
@@ -95,7 +102,7 @@ def _plan(nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, _Rewrite] | None:
             plan[node] = _Rewrite(None, None)
         else:
             functional = _out_of_place(node.target)
-            if functional is None:
+            if functional is None or functional in decompositions:
                 return None
             val = _run(functional, node.args, node.kwargs)
             before = node.meta.get("val")

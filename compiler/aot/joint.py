@@ -120,17 +120,18 @@ def trace_joint(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Joi
         if o.differentiable
     ]
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
-    joint = _trace_autograd(
-        gm, list(inputs), tangents, outputs, requires_grad, decomposition_table(training=True)
-    )
-    functional = remove_mutations(joint)
+    table = decomposition_table(training=True)
+    joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad, table)
+    _name_placeholders(joint, gm, len(tangents))  # before remove_mutations regenerates code
+    functional = remove_mutations(joint, table)
     if functional is not None:
         aot = AotGraph(functional, _origins(functional, gm), lines)
     else:  # functionalize's re-trace, which cannot take the decompositions' prims ops
         joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad, None)
         retraced = trace_forward(joint, [*inputs, *tangents], training=True)
+        _name_placeholders(retraced.gm, gm, len(tangents))
+        retraced.gm.recompile()
         aot = AotGraph(retraced.gm, _compose_origins(retraced.origins, joint), lines)
-    _name_placeholders(aot.gm, gm, len(tangents))
     mutated = mutated_inputs(aot.gm)
     if any(requires_grad[i] for i in mutated):
         raise JointError("the graph mutates an input that requires grad")
@@ -237,14 +238,14 @@ def mutated_inputs(gm: torch.fx.GraphModule) -> list[int]:
 def _name_placeholders(
     joint: torch.fx.GraphModule, gm: torch.fx.GraphModule, tangents: int
 ) -> None:
-    """The joint's inputs named as the user graph's, then tangent_0, tangent_1, ..."""
+    """The joint's inputs named as the user graph's, then tangent_0, tangent_1, ...
+    (the caller regenerates its code)."""
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     names += [f"tangent_{i}" for i in range(tangents)]
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     for node, name in zip(placeholders, names):
         node._rename(name)
         node.target = node.name
-    joint.recompile()
 
 
 def _holds_its_memory(t: torch.Tensor) -> bool:

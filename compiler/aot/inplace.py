@@ -89,7 +89,7 @@ def _plan(
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         schema = node.target._schema
-        if _is_view(schema):
+        if _is_view_node(node):
             views.append(node)
         if not schema.is_mutable:
             continue
@@ -117,11 +117,12 @@ def _plan(
                 # layout: the later ops' recorded metadata would not hold
                 return None
             plan[node] = _Rewrite(functional, val)
-        written.setdefault(_tensor(target), []).append(position[node])
-    # no tensor is written while a view of it is read later, nor is a view written
+        written_tensor = _tensor(target)
+        if _storage(written_tensor) is not written_tensor:
+            return None  # a view written in place: its base changes too
+        written.setdefault(written_tensor, []).append(position[node])
+    # no tensor is written while a view of it is still read
     for view in views:
-        if view in written:
-            return None
         last_read = _last_read(view, position)
         if any(position[view] < p <= last_read for p in written.get(_storage(view), ())):
             return None
@@ -148,12 +149,17 @@ def _tensor(node: torch.fx.Node) -> torch.fx.Node:
 
 
 def _storage(node: torch.fx.Node) -> torch.fx.Node:
-    """The tensor whose memory a view (of a view ...) reads."""
-    while _is_view_node(node) or _tensor(node) is not node:
-        node = _tensor(node)
-        if _is_view_node(node):
+    """The tensor whose memory `node` reads: through views (of views ...), the getitems of
+    a list of views and in-place ops' results."""
+    while True:
+        if _tensor(node) is not node:
+            node = _tensor(node)
+        elif _is_view_node(node):
             node = node.args[0]
-    return node
+        elif node.target is operator.getitem and _is_view_node(node.args[0]):
+            node = node.args[0]
+        else:
+            return node
 
 
 def _last_read(node: torch.fx.Node, position: dict[torch.fx.Node, int]) -> int:
@@ -172,14 +178,15 @@ def _is_view_node(node: torch.fx.Node) -> bool:
     return (
         node.op == "call_function"
         and isinstance(node.target, torch._ops.OpOverload)
-        and _is_view(node.target._schema)
+        and (_is_view(node.target._schema) or node.target is aten._unsafe_view.default)
         and bool(node.args)
         and isinstance(node.args[0], torch.fx.Node)
     )
 
 
 def _is_view(schema: torch._C.FunctionSchema) -> bool:
-    """Returns an alias of an input without writing it (view, alias, t, expand, ...)."""
+    """Returns an alias of an input without writing it (view, alias, t, expand, split, ...;
+    `_unsafe_view` aliases its input without saying so)."""
     return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 

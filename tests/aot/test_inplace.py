@@ -94,8 +94,28 @@ def test_mutations_seen_through_views_are_left_to_functionalize():
         y.add_(d)  # float32 stays float32 in place; add would give float64
         return y
 
+    def written_split_part(x):
+        y = x * 2
+        a, _ = y.split(2)
+        a.mul_(2)  # y sees it
+        return y + 0
+
+    def view_of_split_part_read_after_write(x):
+        y = x * 2
+        a, _ = y.split(2)
+        flat = a.view(-1)
+        y.mul_(2)
+        return flat + 0
+
     x = torch.randn(4, 3)
-    for fn in (view_read_after_write, written_view, split_read_after_write):
+    cases = (
+        view_read_after_write,
+        written_view,
+        split_read_after_write,
+        written_split_part,
+        view_of_split_part_read_after_write,
+    )
+    for fn in cases:
         assert remove_mutations(_graph(fn, x)) is None, fn.__name__
     assert remove_mutations(_graph(promoting, x, torch.randn(3, dtype=torch.float64))) is None
 

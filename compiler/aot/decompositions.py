@@ -17,6 +17,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from compiler.aot import batch_norm
+from compiler.aot.inplace import out_of_place
 
 aten = torch.ops.aten
 
@@ -98,7 +99,20 @@ def decomposition_table(training: bool = False) -> dict:
     table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
     for op, ours in LEAN.items():
         table[op] = functools.partial(ours, table[op])
+    for op in list(table):
+        functional = out_of_place(op)
+        if functional is not None:
+            table[op] = functools.partial(_in_place, functional)
     return table
+
+
+def _in_place(functional, self: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """An in-place op (`lerp_`) as its out-of-place op written back, what functionalize
+    makes of it: the out-of-place op is dispatched, so it meets its own entry here (ours
+    for lerp, none for an op kept whole) where torch's in-place entries call their
+    references directly. Graphs traced without functionalize (compiler/aot/inplace.py)
+    then hold the ops functionalize's trace gives."""
+    return aten.copy_.default(self, functional(self, *args, **kwargs))
 
 
 def _rounded(x: float, dtype: torch.dtype) -> float:

@@ -101,7 +101,7 @@ def _plan(
                 return None
             plan[node] = _Rewrite(None, None)
         else:
-            functional = _out_of_place(node.target)
+            functional = out_of_place(node.target)
             if functional is None or functional in decompositions:
                 return None
             val = _run(functional, node.args, node.kwargs)
@@ -196,7 +196,7 @@ def _writes_beyond_self(schema: torch._C.FunctionSchema) -> bool:
     return not written or not written[0] or any(written[1:])
 
 
-def _out_of_place(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def out_of_place(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     """`aten.add_.Tensor` -> `aten.add.Tensor`: the same schema, not writing self."""
     name = op._schema.name.split("::")[-1]
     if not name.endswith("_") or name.startswith("_"):

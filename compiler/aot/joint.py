@@ -128,7 +128,7 @@ def trace_joint(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Joi
         aot = AotGraph(functional, _origins(functional, gm), lines)
     else:  # functionalize's re-trace, which cannot take the decompositions' prims ops
         joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad, None)
-        retraced = trace_forward(joint, [*inputs, *tangents], training=True)
+        retraced = trace_forward(joint, [*inputs, *tangents], training=True, rename_mutations=False)
         _name_placeholders(retraced.gm, gm, len(tangents))
         retraced.gm.recompile()
         aot = AotGraph(retraced.gm, _compose_origins(retraced.origins, joint), lines)

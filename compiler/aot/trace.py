@@ -1,7 +1,8 @@
 """Torch-level FX graph -> functional aten graph.
 
 `make_fx` re-traces the graph through the dispatcher under FakeTensorMode, applying our
-decomposition table; `functionalize` turns in-place ops (`relu_`) into their functional forms.
+decomposition table; in-place ops (`relu_`) become their functional forms (remove_mutations,
+or `functionalize` where that cannot).
 Every aten node remembers the user-graph node it came from (`from_node`), so kernels can name
 the FX nodes and source lines fused into them.
 """
@@ -19,6 +20,7 @@ from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from compiler.aot.decompositions import decomposition_table
+from compiler.aot.inplace import remove_mutations
 from compiler.records import SourceLine
 
 
@@ -42,10 +44,19 @@ def needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
 
 
 def trace_forward(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor], training: bool = False
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[torch.Tensor],
+    training: bool = False,
+    rename_mutations: bool = True,
 ) -> AotGraph:
     """The functional aten graph of `gm` for inputs shaped like `example_inputs`
-    (`training`: `gm` is a joint forward+backward graph; see decomposition_table)."""
+    (`training`: `gm` is a joint forward+backward graph; see decomposition_table).
+
+    One trace records the ops with their in-place updates, which remove_mutations
+    (compiler/aot/inplace.py) turns into out-of-place ops and trailing write-backs of the
+    inputs: the ops functionalize gives, without its per-op work (an optimizer step updates
+    hundreds of inputs). Where a mutation is more than a renaming (a view written in place,
+    ...), or with `rename_mutations` off, the graph is traced through functionalize."""
 
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
@@ -54,16 +65,15 @@ def trace_forward(
     for node in gm.graph.nodes:
         node.meta.setdefault("compiler_origin", node.name)
 
-    with fx_traceback.preserve_node_meta(), torch.no_grad():
-        aten_gm = make_fx(
-            functionalize(run),
-            decomposition_table=decomposition_table(training),
-            tracing_mode="fake",
-            _allow_non_fake_inputs=True,  # parameters stay real: they become constants
-        )(*example_inputs)
-    # functional: unused results (batch norm's stats) go; the code is regenerated only then
-    if aten_gm.graph.eliminate_dead_code():
-        aten_gm.recompile()
+    table = decomposition_table(training)
+    aten_gm = None
+    if rename_mutations:
+        aten_gm = remove_mutations(_trace(run, table, example_inputs), table)
+    if aten_gm is None:
+        aten_gm = _trace(functionalize(run), table, example_inputs)
+        # functional: unused results (batch norm's stats) go; the code is regenerated only then
+        if aten_gm.graph.eliminate_dead_code():
+            aten_gm.recompile()
 
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
     user_nodes = {n.name for n in gm.graph.nodes}
@@ -74,6 +84,16 @@ def trace_forward(
         )
         origins[node.name] = tuple(n for n in names if n in user_nodes)
     return AotGraph(aten_gm, origins, lines)
+
+
+def _trace(fn, table: dict, example_inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
+    with fx_traceback.preserve_node_meta(), torch.no_grad():
+        return make_fx(
+            fn,
+            decomposition_table=table,
+            tracing_mode="fake",
+            _allow_non_fake_inputs=True,  # parameters stay real: they become constants
+        )(*example_inputs)
 
 
 _FRAME = re.compile(

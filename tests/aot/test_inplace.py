@@ -10,7 +10,7 @@ import torch
 from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from compiler.aot import joint
+from compiler.aot import joint, trace
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
 from compiler.codegen.compile_fx import compile_fx
@@ -204,3 +204,49 @@ def test_training_graph_with_in_place_relu_skips_the_retrace(monkeypatch):
     expected, grads = _grads(fn, inputs)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(got_grads[1], grads[1])
+
+
+def test_trace_forward_renames_an_optimizer_update_without_functionalize(monkeypatch):
+    """Inference and optimizer graphs: one trace, the in-place updates renamed; `lerp_`
+    meets our lerp (three ops) as it does under functionalize."""
+
+    def no_functionalize(fn):
+        raise AssertionError("functionalize's re-trace ran")
+
+    monkeypatch.setattr(trace, "functionalize", no_functionalize)
+
+    def step(param, grad, exp_avg):
+        exp_avg.lerp_(grad, 0.1)
+        param.sub_(exp_avg * 0.01)
+
+    args = [torch.randn(8), torch.randn(8), torch.randn(8)]
+    gm = torch.fx.symbolic_trace(step)
+    aot = trace.trace_forward(gm, args)
+    ops = [str(n.target) for n in aot.gm.graph.nodes if n.op == "call_function"]
+    assert ops == [
+        "aten.sub.Tensor", "aten.mul.Tensor", "aten.add.Tensor",  # exp_avg.lerp_(grad, 0.1)
+        "aten.mul.Tensor", "aten.sub.Tensor",  # param.sub_(exp_avg * 0.01)
+        "aten.copy_.default", "aten.copy_.default",  # written back: param, exp_avg
+    ]  # fmt: skip
+    assert aot.origins[list(aot.gm.graph.nodes)[3].name] == ("lerp_",)
+    mine, eager = [a.clone() for a in args], [a.clone() for a in args]
+    aot.gm(*mine)
+    step(*eager)
+    for a, e in zip(mine, eager):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-7)  # lerp's kernel may fuse
+
+
+def test_trace_forward_functionalizes_a_view_written_in_place(monkeypatch):
+    traced = []
+    functionalize = trace.functionalize
+    monkeypatch.setattr(trace, "functionalize", lambda fn: traced.append(1) or functionalize(fn))
+
+    def fn(x):
+        y = x * 2
+        y[0].fill_(1.0)  # a write through a view of y
+        return y + 1
+
+    x = torch.randn(3, 4)
+    aot = trace.trace_forward(torch.fx.symbolic_trace(fn), [x])
+    assert traced == [1] and not _mutable(aot.gm)
+    assert torch.equal(aot.gm(x), fn(x))

@@ -49,11 +49,15 @@ def rewrite(
 
 def substitute(value: Value, mapping: Mapping[str, Index]) -> Value:
     """Replace loop variables (by name) everywhere in `value`."""
-    return rewrite(
-        value,
-        lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask),
-        lambda i: i.subs(mapping),
-    )
+    done: dict[Index, Index] = {}  # the loads of a body repeat indices (the same point)
+
+    def on_index(i: Index) -> Index:
+        out = done.get(i)
+        if out is None:
+            out = done[i] = i.subs(mapping)
+        return out
+
+    return rewrite(value, lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask), on_index)
 
 
 def inline_loads(value: Value, bodies: Mapping[str, tuple[tuple[str, ...], Value]]) -> Value:

@@ -22,6 +22,7 @@ device); the scheduler decides which nodes are materialised and which are recomp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -215,8 +216,14 @@ def iter_values(value: Value):
         stack.extend((c, False) for c in reversed(children(v)))
 
 
-def loads(value: Value) -> list[Load]:
-    return [v for v in iter_values(value) if isinstance(v, Load)]
+def loads(value: Value) -> tuple[Load, ...]:
+    """The loads in `value`, children before parents. Kept on the value (values are immutable,
+    and the scheduler's passes ask for the loads of the same bodies over and over)."""
+    found = value.__dict__.get("_loads")
+    if found is None:
+        found = tuple(v for v in iter_values(value) if isinstance(v, Load))
+        object.__setattr__(value, "_loads", found)
+    return found
 
 
 def op_count(value: Value) -> int:
@@ -260,10 +267,17 @@ class Layout:
         return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
 
     def index(self, indices: tuple) -> Index:
-        out = Index.of(self.offset)
-        for i, st in zip(indices, self.stride):
-            out = out + Index.of(i) * st
-        return out
+        return _layout_index(self.offset, self.stride, tuple(indices))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _layout_index(offset: int, stride: tuple[int, ...], indices: tuple) -> Index:
+    """`Layout.index`, memoised: emitters ask for the address of the same loads per copy of a
+    loop body and per loop-merging attempt."""
+    out = Index.of(offset)
+    for i, st in zip(indices, stride):
+        out = out + Index.of(i) * st
+    return out
 
 
 def address(layout: Layout, indices: tuple) -> tuple[Index, list[tuple["Value", int]]]:

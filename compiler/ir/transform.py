@@ -49,15 +49,26 @@ def rewrite(
 
 def substitute(value: Value, mapping: Mapping[str, Index]) -> Value:
     """Replace loop variables (by name) everywhere in `value`."""
-    done: dict[Index, Index] = {}  # the loads of a body repeat indices (the same point)
+    return substitute_indices(value, substitution(mapping))
 
-    def on_index(i: Index) -> Index:
+
+def substitute_indices(value: Value, on_index: Callable[[Index], Index]) -> Value:
+    """Every Index of `value` through `on_index`."""
+    return rewrite(value, lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask), on_index)
+
+
+def substitution(mapping: Mapping[str, Index]) -> Callable[[Index], Index]:
+    """`Index.subs(mapping)`, computed once per distinct index: the loads of a body repeat
+    indices (the same point of several buffers)."""
+    done: dict[Index, Index] = {}
+
+    def call(i: Index) -> Index:
         out = done.get(i)
         if out is None:
             out = done[i] = i.subs(mapping)
         return out
 
-    return rewrite(value, lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask), on_index)
+    return call
 
 
 def inline_loads(value: Value, bodies: Mapping[str, tuple[tuple[str, ...], Value]]) -> Value:

@@ -221,9 +221,7 @@ def _can_redirect(
     if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
         return False
     return all(
-        isinstance(launches[j], KernelGroup) and j > k
-        for j in readers.of(buf)
-        if j not in (k, at)
+        isinstance(launches[j], KernelGroup) and j > k for j in readers.of(buf) if j not in (k, at)
     )
 
 

@@ -100,6 +100,7 @@ class _KernelWriter:
         # Ranges of loop variables in the code being emitted, narrower than their loops where
         # the loop was split (see `_specialised`); conditions decided there are not emitted.
         self.ranges: dict[str, tuple[int, int]] = {}
+        self.addresses: dict[tuple, tuple[str, bool]] = {}  # (buffer, indices) -> C, in bounds
         self.lines: list[str] = []
         self.depth = 1
         self.scopes: list[dict] = [{}]
@@ -187,10 +188,13 @@ class _KernelWriter:
         ptr = self.ptrs[load.buf]
         in_bounds = False
         if all(isinstance(i, Index) for i in load.indices):
-            address = layout.index(load.indices)
-            index = c_index(address)
-            lo, hi = address.bounds()
-            in_bounds = 0 <= lo and hi < layout.storage_size()
+            # The same loads are emitted in every specialised copy of the loop body.
+            key = (load.buf, load.indices)
+            if key not in self.addresses:
+                address = layout.index(load.indices)
+                lo, hi = address.bounds()
+                self.addresses[key] = (c_index(address), 0 <= lo and hi < layout.storage_size())
+            index, in_bounds = self.addresses[key]
         else:  # a gather: some coordinates are computed values (already wrapped by lowering)
             terms = [str(layout.offset)] if layout.offset else []
             for i, stride, size in zip(load.indices, layout.stride, layout.size):

@@ -28,11 +28,12 @@ class Var:
         return self.name
 
 
-class _Cached:
-    """Memoised hash and sort key for the nested frozen expressions: the scheduler and
-    emitters hash and sort the same indices (dict keys of `Index._build`) many times over,
-    and a dataclass's hash recomputes the whole tree each time. The memo is per process
-    (string hashes are), so it is dropped when pickling."""
+class CachedHash:
+    """A memoised hash for nested frozen dataclasses (indices, IR values): the scheduler and
+    emitters hash the same trees many times over (dict keys of `Index._build`, the Triton
+    writer's value cache), and a dataclass's hash recomputes the whole tree each time. A
+    subclass sets `__hash__ = CachedHash.__hash__` (the dataclass decorator would replace an
+    inherited one). The memo is per process (string hashes are), so pickling drops it."""
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
@@ -46,13 +47,13 @@ class _Cached:
 
 
 @dataclass(frozen=True)
-class FloorDiv(_Cached):
+class FloorDiv(CachedHash):
     """`base // divisor` with `base >= 0` and `divisor > 1`."""
 
     base: "Index"
     divisor: int
 
-    __hash__ = _Cached.__hash__
+    __hash__ = CachedHash.__hash__
 
     def __str__(self) -> str:
         return f"({self.base} // {self.divisor})"
@@ -63,13 +64,13 @@ class FloorDiv(_Cached):
 
 
 @dataclass(frozen=True)
-class Mod(_Cached):
+class Mod(CachedHash):
     """`base % modulus` with `base >= 0` and `modulus > 1`."""
 
     base: "Index"
     modulus: int
 
-    __hash__ = _Cached.__hash__
+    __hash__ = CachedHash.__hash__
 
     def __str__(self) -> str:
         return f"({self.base} % {self.modulus})"
@@ -87,7 +88,7 @@ class IndexError_(ValueError):
 
 
 @dataclass(frozen=True)
-class Index(_Cached):
+class Index(CachedHash):
     """`sum(coeff * atom for atom, coeff in terms) + const`; terms sorted, no zero coefficients.
 
     Every Index is built by the methods here, so it is always in canonical form (`_build`'s
@@ -96,7 +97,7 @@ class Index(_Cached):
     terms: tuple[tuple[Atom, int], ...] = ()
     const: int = 0
 
-    __hash__ = _Cached.__hash__
+    __hash__ = CachedHash.__hash__
 
     # ---- construction -------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any, Union
 
 import torch
 
-from compiler.ir.index import Index, Var, contiguous_strides, make_vars
+from compiler.ir.index import CachedHash, Index, Var, contiguous_strides, make_vars
 
 # ---- values -------------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ WELFORD_TYPES = ("welford_mean", "welford_m2")
 
 
 @dataclass(frozen=True)
-class Load:
+class Load(CachedHash):
     """Element `indices` (one per dimension of the buffer: logical coordinates, not a memory
     offset) of buffer `buf`. Emitters turn it into an address with the buffer's Layout (see
     `address`), so inlining a producer is substituting its `i*` vars.
@@ -128,6 +128,8 @@ class Load:
     dtype: torch.dtype
     mask: "Value | None" = None
 
+    __hash__ = CachedHash.__hash__
+
 
 @dataclass(frozen=True)
 class Constant:
@@ -136,18 +138,22 @@ class Constant:
 
 
 @dataclass(frozen=True)
-class IndexValue:
+class IndexValue(CachedHash):
     """An index expression used as a number (arange, iota, argmax positions)."""
 
     index: Index
     dtype: torch.dtype
 
+    __hash__ = CachedHash.__hash__
+
 
 @dataclass(frozen=True)
-class Op:
+class Op(CachedHash):
     op: str  # a key of OPS
     args: tuple["Value", ...]
     dtype: torch.dtype
+
+    __hash__ = CachedHash.__hash__
 
     def __post_init__(self) -> None:
         if OPS.get(self.op) != len(self.args):
@@ -163,7 +169,7 @@ class Ref:
 
 
 @dataclass(frozen=True)
-class Welford:
+class Welford(CachedHash):
     """What a Welford reduction (`welford_mean`, `welford_m2`) combines at each reduced point:
     the state of `weight` elements with mean `mean` and sum of squared deviations `m2`. An
     element x is `Welford(x, 0, 1)`; a masked-off one has weight 0; a split reduction's second
@@ -175,6 +181,8 @@ class Welford:
     m2: "Value"
     weight: "Value"
     dtype: torch.dtype  # the accumulation dtype of all three
+
+    __hash__ = CachedHash.__hash__
 
     @staticmethod
     def of(x: "Value") -> "Welford":

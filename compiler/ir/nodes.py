@@ -208,30 +208,43 @@ def children(value: Value) -> tuple[Value, ...]:
     return ()
 
 
-def iter_values(value: Value):
-    """All sub-values, each object once, children before parents."""
+def iter_values(value: Value) -> tuple[Value, ...]:
+    """All sub-values, each object once, children before parents. Those below `value` are
+    kept on it (values are immutable, and the scheduler's passes walk the same bodies over
+    and over; not `value` itself, which would make a reference cycle of every body)."""
+    below = value.__dict__.get("_below")
+    if below is None:
+        below = _post_order(value)[:-1]
+        object.__setattr__(value, "_below", below)
+    return below + (value,)
+
+
+def _post_order(value: Value) -> tuple[Value, ...]:
+    out: list[Value] = []
     seen: set[int] = set()
     stack: list[tuple[Value, bool]] = [(value, False)]
     while stack:
         v, expanded = stack.pop()
         if expanded:
-            yield v
+            out.append(v)
             continue
         if id(v) in seen:
             continue
         seen.add(id(v))
         stack.append((v, True))
-        stack.extend((c, False) for c in reversed(children(v)))
+        for c in reversed(children(v)):
+            stack.append((c, False))
+    return tuple(out)
 
 
 def loads(value: Value) -> tuple[Load, ...]:
-    """The loads in `value`, children before parents. Kept on the value (values are immutable,
-    and the scheduler's passes ask for the loads of the same bodies over and over)."""
-    found = value.__dict__.get("_loads")
-    if found is None:
-        found = tuple(v for v in iter_values(value) if isinstance(v, Load))
-        object.__setattr__(value, "_loads", found)
-    return found
+    """The loads in `value`, children before parents (those below it kept on it, as in
+    `iter_values`)."""
+    below = value.__dict__.get("_loads")
+    if below is None:
+        below = tuple(v for v in iter_values(value)[:-1] if isinstance(v, Load))
+        object.__setattr__(value, "_loads", below)
+    return below + (value,) if isinstance(value, Load) else below
 
 
 def op_count(value: Value) -> int:

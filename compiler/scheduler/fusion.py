@@ -132,7 +132,7 @@ def inline(
         inlined = [ld.buf for ld in loads(n.body) if ld.buf in bodies]
         names[n.name] = {a: None for b in inlined for a in names[b]} | {n.aten: None}
         origins[n.name] = {o: None for b in inlined for o in origins[b]} | dict.fromkeys(n.origins)
-        n = _with_body(n, inline_loads(n.body, bodies) if bodies else n.body)
+        n = _with_body(n, inline_loads(n.body, bodies) if inlined else n.body)
         ops = op_count(n.body)
         cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
         broadcast = (

@@ -79,7 +79,14 @@ UNRELATED_JOIN_MAX_BYTES = 1 << 20  # larger outputs join only kernels they shar
 
 
 def required_buffers(graph: Graph) -> set[str]:
-    """Buffers that must exist in memory: outputs, extern arguments, gather tables."""
+    """Buffers that must exist in memory: outputs, extern arguments, gather tables. Kept on
+    the graph (immutable), which three passes ask."""
+    if "_required" not in graph.__dict__:
+        object.__setattr__(graph, "_required", frozenset(_required(graph)))
+    return set(graph.__dict__["_required"])
+
+
+def _required(graph: Graph) -> set[str]:
     need = {o.buf for o in graph.outputs if isinstance(o, TensorArg)}
     for n in graph.nodes:
         if isinstance(n, ExternKernel):
@@ -500,12 +507,9 @@ class _Addresses:
         """Every static address part and index value, deduplicated."""
         out: dict[Index, None] = {}
         for buf, coords in self.sites:
-            layout = layouts[buf]
-            static = Index.of(layout.offset)
-            for i, st in zip(coords, layout.stride):
-                if i is not None:
-                    static = static + self.current[i] * st
-            out[static] = None
+            # a run-time coordinate (None) adds nothing to the static part (`address`)
+            now = tuple(self.current[i] if i is not None else 0 for i in coords)
+            out[layouts[buf].index(now)] = None
         for i in self.values:
             out[self.current[i]] = None
         return list(out)

@@ -145,6 +145,12 @@ class Index(CachedHash):
         return Index.of(other) - self
 
     def __mul__(self, k: int) -> "Index":
+        if type(k) is int:
+            if k == 1:
+                return self
+            if k == 0:
+                return Index()
+            return Index(tuple((a, c * k) for a, c in self.terms), self.const * k)
         if isinstance(k, Index) and k.is_constant:
             k = k.const
         if not isinstance(k, int) or isinstance(k, bool):

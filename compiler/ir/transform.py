@@ -26,9 +26,9 @@ def rewrite(
         if key in memo:
             return memo[key]
         if isinstance(v, Op):
-            out: Value = Op(v.op, tuple(go(a) for a in v.args), v.dtype)
+            out: Value = Op(v.op, tuple([go(a) for a in v.args]), v.dtype)
         elif isinstance(v, Load):
-            indices = tuple(on_index(i) if isinstance(i, Index) else go(i) for i in v.indices)
+            indices = tuple([on_index(i) if isinstance(i, Index) else go(i) for i in v.indices])
             mask = go(v.mask) if v.mask is not None else None
             out = on_load(v, indices, mask)
         elif isinstance(v, IndexValue):

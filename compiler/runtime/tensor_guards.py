@@ -2,7 +2,9 @@
 
 A guard function checks ~6 attributes of every tensor input, each a Python attribute read;
 for a resnet's ~100 parameters that is most of a call's guard time. The extension's
-`TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which).
+`TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which). Its
+`FrozenReads` lets a call skip the checks of module attributes no write has touched since
+the last call that passed (compiler/tracer/frozen.py decides which).
 
 It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
 compiling a user's function: a first compile must not wait for a C++ build. At runtime it is
@@ -91,13 +93,28 @@ def build() -> Path:
 def checker_class() -> type | None:
     """The extension's `TensorChecker`, or None when it is not built or cannot be loaded
     (then `status()` says why). Loads at most once per process; never builds."""
+    module = _load()
+    return None if module is None else module.TensorChecker
+
+
+def frozen_class() -> type | None:
+    """The extension's `FrozenReads` where tensor checks are in C++ by this extension and
+    this Python has dict version tags (3.11, 3.12), else None."""
+    checker = checker_class()
+    module = _load()
+    if checker is None or module is None or module.TensorChecker is not checker:
+        return None
+    return module.FrozenReads if module.DICT_VERSIONS else None
+
+
+def _load() -> ModuleType | None:
     global _module, _status
     if _module is None and _status is None:
         try:
             _module = load_library(library_path())
         except Exception as e:  # any failure means Python guards, as without the extension
             _status = f"{type(e).__name__}: {e}"
-    return None if _module is None else _module.TensorChecker
+    return _module
 
 
 def status() -> str:

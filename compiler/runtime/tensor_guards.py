@@ -34,6 +34,8 @@ import torch
 from compiler.runtime import cpp_build
 
 SOURCE = Path(__file__).with_name("tensor_guards.cpp")
+# the parts it includes: FrozenReads (compiler/tracer/frozen.py) and AliasGuard (aliasing.py)
+HEADERS = [Path(__file__).with_name(name) for name in ("frozen_reads.h", "alias_guard.h")]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
 
 # The tensor types the checker takes: a subclass may change what its attributes return
@@ -51,6 +53,8 @@ def built_for() -> str:
 
 def library_path() -> Path:
     h = hashlib.sha256(SOURCE.read_bytes())
+    for header in HEADERS:
+        h.update(header.read_bytes())
     h.update("\0".join(flags()).encode())  # the include paths and ABI: another torch install
     digest = h.hexdigest()[:16]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
@@ -71,6 +75,7 @@ def flags() -> list[str]:
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
         f"-I{torch_include}",
+        f"-I{SOURCE.parent}",  # HEADERS
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f'-DJC_BUILT_FOR="{built_for()}"',
         f"-L{torch_lib}",
@@ -105,6 +110,12 @@ def frozen_class() -> type | None:
     if checker is None or module is None or module.TensorChecker is not checker:
         return None
     return module.FrozenReads if module.DICT_VERSIONS else None
+
+
+def alias_guard_class() -> type | None:
+    """The extension's `AliasGuard` (compiler/runtime/aliasing.py), or None without it."""
+    module = _load()
+    return None if module is None else module.AliasGuard
 
 
 def _load() -> ModuleType | None:

@@ -148,4 +148,50 @@ PyMemberDef alias_members[] = {
 
 PyTypeObject AliasType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+// same_addresses(inputs, positions, addresses): whether `inputs[positions[k]].data_ptr()` is
+// `addresses[k]` for every k (a CUDA graph's replay reads parameters where it captured them:
+// compiler/runtime/cudagraphs.py checks ~100 of them before each replay); None where such an
+// input is not an exact torch.Tensor or nn.Parameter (cudagraphs.py asks Python then).
+PyObject* same_addresses(PyObject* /*module*/, PyObject* const* args, Py_ssize_t n) {
+  if (n != 3 || !(PyList_Check(args[0]) || PyTuple_Check(args[0])) || !PyTuple_Check(args[1]) ||
+      !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[1]) != PyTuple_GET_SIZE(args[2])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "same_addresses(inputs, positions, addresses): a list or tuple and two "
+                    "tuples of one length");
+    return nullptr;
+  }
+  Py_ssize_t n_inputs = PySequence_Fast_GET_SIZE(args[0]);
+  PyObject** inputs = PySequence_Fast_ITEMS(args[0]);
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args[1]); ++k) {
+    Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[1], k));
+    if (pos == -1 && PyErr_Occurred()) {
+      return nullptr;
+    }
+    if (pos < 0 || pos >= n_inputs) {
+      PyErr_SetString(PyExc_IndexError, "same_addresses: a position is out of range");
+      return nullptr;
+    }
+    void* expected = PyLong_AsVoidPtr(PyTuple_GET_ITEM(args[2], k));
+    if (expected == nullptr && PyErr_Occurred()) {
+      return nullptr;
+    }
+    bool other_tensor = false;
+    c10::TensorImpl* impl = impl_of(inputs[pos], checked_types, &other_tensor);
+    if (impl == nullptr) {
+      if (PyErr_Occurred()) {
+        return nullptr;
+      }
+      Py_RETURN_NONE;
+    }
+    try {
+      if (impl->data() != expected) {
+        Py_RETURN_FALSE;
+      }
+    } catch (...) {
+      Py_RETURN_NONE;
+    }
+  }
+  Py_RETURN_TRUE;
+}
+
 }  // namespace

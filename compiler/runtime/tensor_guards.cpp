@@ -241,6 +241,12 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 namespace {
 
+PyMethodDef module_methods[] = {
+    {"same_addresses", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(same_addresses)),
+     METH_FASTCALL, "same_addresses(inputs, positions, addresses): see alias_guard.h"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
 
 }  // namespace
@@ -356,6 +362,7 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   module_def.m_name = "_jc_tensor_guards";
   module_def.m_doc = "Tensor metadata guards for jupyter-compile (compiler/runtime/tensor_guards.py).";
   module_def.m_size = -1;
+  module_def.m_methods = module_methods;
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) {
     return nullptr;

@@ -28,6 +28,7 @@ import sysconfig
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import torch
 
@@ -116,6 +117,12 @@ def alias_guard_class() -> type | None:
     """The extension's `AliasGuard` (compiler/runtime/aliasing.py), or None without it."""
     module = _load()
     return None if module is None else module.AliasGuard
+
+
+def same_addresses_function() -> Callable | None:
+    """The extension's `same_addresses` (compiler/runtime/cudagraphs.py), or None."""
+    module = _load()
+    return None if module is None else module.same_addresses
 
 
 def _load() -> ModuleType | None:

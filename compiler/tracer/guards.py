@@ -21,7 +21,7 @@ import torch
 
 from compiler.records import Guard, SourceLine
 from compiler.tracer.access import MISSING, AccessPlan, Local
-from compiler.tracer.frozen import plan_frozen
+from compiler.tracer.frozen import FrozenPlan, plan_frozen
 
 # Types whose values are compared with ==: the graph is specialised on the value itself.
 CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
@@ -236,6 +236,9 @@ class CompiledGuards:
     access: AccessPlan
     defined: set[str]  # locals the guard function defines (their short paths are guarded)
     checks: list[_Check]
+    # The FrozenReads of the function's fast path (None without one): its name in the
+    # namespace, the locals a call answers, in order, and every frozen local
+    frozen: tuple[str, list[str], set[str]] | None = None
 
     def failures(self, L: dict, G: dict) -> list[Guard]:
         """The guards that do not hold for these values (for recompile reasons), each
@@ -336,34 +339,15 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
         lines.append(f"    # tensor checks: {tensor_guards.status()}")
     lines.append("    try:")
     namespace = dict(guard_set.namespace)
+    frozen_use = None
     if frozen is None:
         lines += em.emit(checks, "        ")
     else:
-        names = frozen.names
-        first = [c for c in checks if not any(n.name in names for n in c.needs)]
-        later = [(i, c) for i, c in enumerate(checks) if any(n.name in names for n in c.needs)]
-        per_call = [c for i, c in later if i not in frozen.skip and i not in frozen.types]
-        lines += em.emit(first, "        ")
-        fast = _Emitter(guard_set, in_cpp, checker, em.defined, names, em.checkers)
-        fast_lines = fast.emit(per_call, "            ")
         ref = "___frozen0"
-        namespace[ref] = frozen_cls(*frozen.spec(fast.selection))
-        n_skip, n_types = len(frozen.skip), len(frozen.types)
-        lines += [
-            f"        # the {len(frozen.reads)} reads below from modules pinned above are those of"
-            f" the last call that passed ({ref}: no dict or class they read has changed since):",
-            f"        # {n_skip} checks of what they read hold again, {n_types} exact types are"
-            f" checked in C++, the {len(per_call)} others run below",
-            f"        ___cached = {ref}()",
-            "        if ___cached is not None:",
-        ]
-        if fast.selection:
-            lines.append(f"            {', '.join(fast.selection)}, = ___cached")
-        lines += [*fast_lines, "            return True"]
-        lines += em.emit([c for _, c in later], "        ")
-        lines.append(f"        {ref}.remember(")
-        lines.extend(f"            {value}," for value in frozen.remembered())
-        lines.append("        )")
+        body, selection = _with_fast_path(em, checks, frozen, ref)
+        namespace[ref] = frozen_cls(*frozen.spec(selection))
+        frozen_use = (ref, selection, frozen.names)
+        lines += body
     lines.append("    except Exception:  # a value is missing or of another kind")
     lines.append("        return False")
     lines.append("    return True")
@@ -371,7 +355,40 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     namespace.update(em.checkers)
     exec(compile(source, f"<guards {name}>", "exec"), namespace)
     guards = [c.guard for c in checks]
-    return CompiledGuards(namespace[name], source, guards, namespace, plan, em.defined, checks)
+    return CompiledGuards(
+        namespace[name], source, guards, namespace, plan, em.defined, checks, frozen_use
+    )
+
+
+def _with_fast_path(
+    em: _Emitter, checks: list[_Check], frozen: FrozenPlan, ref: str
+) -> tuple[list[str], list[str]]:
+    """The function's body with the FrozenReads `ref`, and the locals a call of it answers:
+    the checks that read no frozen local, then the fast path (the per-call checks over the
+    answered values), then the other checks and `remember`."""
+    names = frozen.names
+    first = [c for c in checks if not any(n.name in names for n in c.needs)]
+    later = [(i, c) for i, c in enumerate(checks) if any(n.name in names for n in c.needs)]
+    per_call = [c for i, c in later if i not in frozen.skip and i not in frozen.types]
+    lines = em.emit(first, "        ")
+    fast = _Emitter(em.guard_set, em.in_cpp, em.checker, em.defined, names, em.checkers)
+    fast_lines = fast.emit(per_call, "            ")
+    lines += [
+        f"        # the {len(frozen.reads)} reads below from modules pinned above are those of"
+        f" the last call that passed ({ref}: no dict or class they read has changed since):",
+        f"        # {len(frozen.skip)} checks of what they read hold again, {len(frozen.types)}"
+        f" exact types are checked in C++, the {len(per_call)} others run below",
+        f"        ___cached = {ref}()",
+        "        if ___cached is not None:",
+    ]
+    if fast.selection:
+        lines.append(f"            {', '.join(fast.selection)}, = ___cached")
+    lines += [*fast_lines, "            return True"]
+    lines += em.emit([c for _, c in later], "        ")
+    lines.append(f"        {ref}.remember(")
+    lines.extend(f"            {value}," for value in frozen.remembered())
+    lines.append("        )")
+    return lines, fast.selection
 
 
 def _ordered_checks(guard_set: GuardSet, plan: AccessPlan) -> list[_Check]:

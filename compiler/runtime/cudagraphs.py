@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from compiler.runtime import tensor_guards
 from compiler.runtime.static import is_static_address
 
 # Addresses of graph-owned memory handed out as internal outputs: a graph captured later
@@ -43,8 +44,6 @@ def is_handed_out(t: torch.Tensor) -> bool:
 def _moved(args: list, where: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
     """Some `args[i]` is not at its address (`where`: the positions, then the addresses):
     one C++ call with the tensor_guards extension (~100 parameters before each replay)."""
-    from compiler.runtime import tensor_guards  # not at import: see compile_guards
-
     positions, addresses = where
     same_addresses = tensor_guards.same_addresses_function()
     if same_addresses is not None:

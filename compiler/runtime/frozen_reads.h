@@ -62,6 +62,8 @@ struct Frozen {
   std::vector<std::pair<PyObject*, PyTypeObject*>>* typed;
   PyObject* held;     // list, or nullptr when nothing is remembered
   PyObject* values;   // tuple of the selected values, or nullptr
+  int churn;          // states remembered in a row that no call has used
+  int skip;           // calls of `remember` to let pass before remembering again
 };
 
 void frozen_forget(Frozen* f) {
@@ -86,7 +88,9 @@ bool generic_lookup(PyTypeObject* tp) {
 #if JC_DICT_VERSIONS
 // Records the watch for reading `key` from `base` and checks that it gives `value`;
 // false when the read is not one a watch can pin (or gave another value).
-bool watch_attr(PyObject* base, PyObject* key, PyObject* value, Watch& w, PyObject* held) {
+// `known`: the watch of an earlier read from the same base (its __dict__ is already held).
+bool watch_attr(PyObject* base, PyObject* key, PyObject* value, const Watch* known, Watch& w,
+                PyObject* held) {
   PyTypeObject* tp = Py_TYPE(base);
   if (!PyUnicode_CheckExact(key) || !generic_lookup(tp)) {
     return false;
@@ -98,8 +102,8 @@ bool watch_attr(PyObject* base, PyObject* key, PyObject* value, Watch& w, PyObje
   if (descr != nullptr && Py_TYPE(descr)->tp_descr_set != nullptr) {
     return false;  // a data descriptor (property, slot) computes the value
   }
-  PyObject* dict = nullptr;
-  if (tp->tp_dictoffset != 0) {
+  PyObject* dict = known != nullptr ? known->dict : nullptr;
+  if (known == nullptr && tp->tp_dictoffset != 0) {
     dict = PyObject_GenericGetDict(base, nullptr);  // materializes an inline __dict__
     if (dict == nullptr) {
       PyErr_Clear();
@@ -123,7 +127,7 @@ bool watch_attr(PyObject* base, PyObject* key, PyObject* value, Watch& w, PyObje
     }
     found = descr;  // a plain class attribute
   }
-  if (found != value || PyList_Append(held, base) < 0) {
+  if (found != value || (known == nullptr && PyList_Append(held, base) < 0)) {
     PyErr_Clear();
     return false;
   }
@@ -131,12 +135,13 @@ bool watch_attr(PyObject* base, PyObject* key, PyObject* value, Watch& w, PyObje
   return true;
 }
 
-bool watch_item(PyObject* base, PyObject* key, PyObject* value, Watch& w, PyObject* held) {
+bool watch_item(PyObject* base, PyObject* key, PyObject* value, const Watch* known, Watch& w,
+                PyObject* held) {
   if (!PyDict_CheckExact(base)) {
     return false;
   }
   PyObject* found = PyDict_GetItemWithError(base, key);
-  if (found != value || PyList_Append(held, base) < 0) {
+  if (found != value || (known == nullptr && PyList_Append(held, base) < 0)) {
     PyErr_Clear();
     return false;
   }
@@ -175,31 +180,40 @@ PyObject* frozen_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
                  f->n_roots + static_cast<Py_ssize_t>(reads.size()), n);
     return nullptr;
   }
+  // A module written to before every call (an attribute set each step) would pay for
+  // remembering on every call and never use it: after the third remembered state in a row
+  // that no call used, remember again only after 2, 4, ... up to 64 calls.
+  if (f->skip > 0) {
+    --f->skip;
+    Py_RETURN_FALSE;
+  }
+  if (++f->churn > 2) {
+    f->skip = 1 << std::min(f->churn - 2, 6);
+  }
 #if JC_DICT_VERSIONS
   PyObject* held = PyList_New(0);
   if (held == nullptr) {
     return nullptr;
   }
   f->held = held;
-  std::vector<std::pair<PyObject*, bool>> seen;  // a base is watched once per kind
+  // a base is watched once per kind: its watch's position in `watches`
+  std::unordered_map<PyObject*, size_t> attr_at, item_at;
   for (size_t i = 0; i < reads.size(); ++i) {
     const Read& r = reads[i];
     PyObject* base = args[r.base];
     PyObject* value = args[f->n_roots + static_cast<Py_ssize_t>(i)];
+    std::unordered_map<PyObject*, size_t>& at = r.attr ? attr_at : item_at;
+    auto seen = at.find(base);
+    const Watch* known = seen != at.end() ? &(*f->watches)[seen->second] : nullptr;
     Watch w{};
-    bool ok = r.attr ? watch_attr(base, r.key, value, w, held)
-                     : watch_item(base, r.key, value, w, held);
+    bool ok = r.attr ? watch_attr(base, r.key, value, known, w, held)
+                     : watch_item(base, r.key, value, known, w, held);
     if (!ok) {
       frozen_forget(f);
       Py_RETURN_FALSE;
     }
-    std::pair<PyObject*, bool> id{w.obj, w.attr};
-    bool dup = false;
-    for (const auto& s : seen) {
-      dup = dup || s == id;
-    }
-    if (!dup) {
-      seen.push_back(id);
+    if (known == nullptr) {
+      at.emplace(base, f->watches->size());
       f->watches->push_back(w);
     }
   }
@@ -251,6 +265,7 @@ PyObject* frozen_call(PyObject* self, PyObject* const* args, size_t nargsf, PyOb
       Py_RETURN_NONE;
     }
   }
+  f->churn = f->skip = 0;  // used: no backing off
   Py_INCREF(f->values);
   return f->values;
 }

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #ifndef JC_BUILT_FOR

@@ -116,3 +116,20 @@ def test_misuse_raises(extension):
         frozen.remember(1)
     with pytest.raises(TypeError):
         frozen(1)
+
+
+def test_remembering_backs_off_while_every_state_changes_before_use(setup):
+    frozen, seq, conv, values = setup
+
+    def change():
+        conv.stride = (conv.stride[0] + 1, 1)
+        assert frozen() is None
+
+    for _ in range(3):  # remembered, and changed again before any call used it
+        change()
+        assert frozen.remember(*values()) is True
+    change()
+    assert [frozen.remember(*values()) for _ in range(3)] == [False, False, True]
+    assert frozen() is not None  # used: remembered on every full call again
+    change()
+    assert frozen.remember(*values()) is True

@@ -34,7 +34,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
@@ -54,7 +54,7 @@ from compiler.codegen.cpp_prelude import COMPUTE_TYPE, PRELUDE, STORAGE_TYPE
 from compiler.ir.index import Index, Var
 from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value, children
 from compiler.ir.ranges import breakpoints, decide, intervals
-from compiler.ir.transform import substitute
+from compiler.ir.transform import substitute_indices, substitution
 from compiler.runtime import cpp_build
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
 
@@ -100,6 +100,7 @@ class _KernelWriter:
         # Ranges of loop variables in the code being emitted, narrower than their loops where
         # the loop was split (see `_specialised`); conditions decided there are not emitted.
         self.ranges: dict[str, tuple[int, int]] = {}
+        self.addresses: dict[tuple, tuple[str, bool]] = {}  # (buffer, indices) -> C, in bounds
         self.lines: list[str] = []
         self.depth = 1
         self.scopes: list[dict] = [{}]
@@ -187,10 +188,13 @@ class _KernelWriter:
         ptr = self.ptrs[load.buf]
         in_bounds = False
         if all(isinstance(i, Index) for i in load.indices):
-            address = layout.index(load.indices)
-            index = c_index(address)
-            lo, hi = address.bounds()
-            in_bounds = 0 <= lo and hi < layout.storage_size()
+            # The same loads are emitted in every specialised copy of the loop body.
+            key = (load.buf, load.indices)
+            if key not in self.addresses:
+                address = layout.index(load.indices)
+                lo, hi = address.bounds()
+                self.addresses[key] = (c_index(address), 0 <= lo and hi < layout.storage_size())
+            index, in_bounds = self.addresses[key]
         else:  # a gather: some coordinates are computed values (already wrapped by lowering)
             terms = [str(layout.offset)] if layout.offset else []
             for i, stride, size in zip(load.indices, layout.stride, layout.size):
@@ -371,12 +375,15 @@ class _KernelWriter:
                 a.name: Index.of(fused) // max(b.size, 1),
                 b.name: Index.of(fused) % max(b.size, 1),
             }
-            steps = [_substitute_step(s, mapping) for s in self.group.steps]
+            # Checked on the steps' indices first: most neighbours do not fuse, and then the
+            # steps need not be rewritten.
+            subs = substitution(mapping)
             if all(
                 i.coefficient(fused) is not None
-                for s in steps
-                for i in _step_indices(s, self.schedule.buffers)
+                for s in self.group.steps
+                for i in _step_indices(s, self.schedule.buffers, subs)
             ):
+                steps = [_substitute_step(s, subs) for s in self.group.steps]
                 self.group = replace(self.group, steps=tuple(steps))
                 self.steps = {s.name: s for s in steps}
                 order[k - 1 : k + 1] = [fused]
@@ -555,22 +562,27 @@ class _KernelWriter:
             self.store(acc.step, result)
 
 
-def _substitute_step(step: Step, mapping: dict[str, Index]) -> Step:
-    store = tuple(i.subs(mapping) for i in step.store) if step.store is not None else None
-    return replace(step, value=substitute(step.value, mapping), store=store)
+def _substitute_step(step: Step, subs: Callable[[Index], Index]) -> Step:
+    store = tuple(subs(i) for i in step.store) if step.store is not None else None
+    return replace(step, value=substitute_indices(step.value, subs), store=store)
 
 
-def _step_indices(step: Step, buffers: dict[str, Layout]) -> list[Index]:
-    """Every address and index value a step computes (what loop fusion must keep affine)."""
-    out = [buffers[step.name].index(step.store)] if step.store is not None else []
+def _step_indices(
+    step: Step, buffers: dict[str, Layout], subs: Callable[[Index], Index]
+) -> list[Index]:
+    """Every address and index value a step computes (what loop fusion must keep affine),
+    with its indices through `subs` (as they are once the step is rewritten by it)."""
+    out = []
+    if step.store is not None:
+        out.append(buffers[step.name].index(tuple(subs(i) for i in step.store)))
     for v in _iter(step.value):
         if isinstance(v, Load):
             if all(isinstance(i, Index) for i in v.indices):
-                out.append(buffers[v.buf].index(v.indices))
+                out.append(buffers[v.buf].index(tuple(subs(i) for i in v.indices)))
             else:
-                out.extend(i for i in v.indices if isinstance(i, Index))
+                out.extend(subs(i) for i in v.indices if isinstance(i, Index))
         elif isinstance(v, IndexValue):
-            out.append(v.index)
+            out.append(subs(v.index))
     return out
 
 

@@ -28,26 +28,56 @@ class Var:
         return self.name
 
 
+class CachedHash:
+    """A memoised hash for nested frozen dataclasses (indices, IR values): the scheduler and
+    emitters hash the same trees many times over (dict keys of `Index._build`, the Triton
+    writer's value cache), and a dataclass's hash recomputes the whole tree each time. A
+    subclass sets `__hash__ = CachedHash.__hash__` (the dataclass decorator would replace an
+    inherited one). The memo is per process (string hashes are), so pickling drops it."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
 @dataclass(frozen=True)
-class FloorDiv:
+class FloorDiv(CachedHash):
     """`base // divisor` with `base >= 0` and `divisor > 1`."""
 
     base: "Index"
     divisor: int
 
+    __hash__ = CachedHash.__hash__
+
     def __str__(self) -> str:
         return f"({self.base} // {self.divisor})"
 
+    @functools.cached_property
+    def sort_key(self) -> tuple:
+        return (1, str(self))
+
 
 @dataclass(frozen=True)
-class Mod:
+class Mod(CachedHash):
     """`base % modulus` with `base >= 0` and `modulus > 1`."""
 
     base: "Index"
     modulus: int
 
+    __hash__ = CachedHash.__hash__
+
     def __str__(self) -> str:
         return f"({self.base} % {self.modulus})"
+
+    @functools.cached_property
+    def sort_key(self) -> tuple:
+        return (2, str(self))
 
 
 Atom = Union[Var, FloorDiv, Mod]
@@ -58,11 +88,16 @@ class IndexError_(ValueError):
 
 
 @dataclass(frozen=True)
-class Index:
-    """`sum(coeff * atom for atom, coeff in terms) + const`; terms sorted, no zero coefficients."""
+class Index(CachedHash):
+    """`sum(coeff * atom for atom, coeff in terms) + const`; terms sorted, no zero coefficients.
+
+    Every Index is built by the methods here, so it is always in canonical form (`_build`'s
+    fixed point): adding a constant need not re-simplify its terms."""
 
     terms: tuple[tuple[Atom, int], ...] = ()
     const: int = 0
+
+    __hash__ = CachedHash.__hash__
 
     # ---- construction -------------------------------------------------------------------
 
@@ -79,14 +114,20 @@ class Index:
     @staticmethod
     def _build(coeffs: dict[Atom, int], const: int) -> "Index":
         coeffs = {a: c for a, c in coeffs.items() if c != 0}
-        const += _recombine(coeffs)
-        terms = tuple(
-            sorted(((a, c) for a, c in coeffs.items() if c != 0), key=lambda t: _atom_key(t[0]))
-        )
+        if any(type(a) is Mod for a in coeffs):  # only a modulo can recombine with a term
+            const += _recombine(coeffs)
+            coeffs = {a: c for a, c in coeffs.items() if c != 0}
+        terms = tuple(sorted(coeffs.items(), key=lambda t: _atom_key(t[0])))
         return Index(terms, const)
 
     def __add__(self, other: "IndexLike") -> "Index":
+        if type(other) is int:
+            return Index(self.terms, self.const + other) if other else self
         other = Index.of(other)
+        if not other.terms:
+            return Index(self.terms, self.const + other.const) if other.const else self
+        if not self.terms:
+            return Index(other.terms, other.const + self.const) if self.const else other
         coeffs = dict(self.terms)
         for atom, c in other.terms:
             coeffs[atom] = coeffs.get(atom, 0) + c
@@ -104,6 +145,12 @@ class Index:
         return Index.of(other) - self
 
     def __mul__(self, k: int) -> "Index":
+        if type(k) is int:
+            if k == 1:
+                return self
+            if k == 0:
+                return Index()
+            return Index(tuple((a, c * k) for a, c in self.terms), self.const * k)
         if isinstance(k, Index) and k.is_constant:
             k = k.const
         if not isinstance(k, int) or isinstance(k, bool):
@@ -301,9 +348,9 @@ def _render_atom(atom: Atom, name: Callable[[Var], str]) -> str:
 
 
 def _atom_key(atom: Atom) -> tuple:
-    if isinstance(atom, Var):
+    if type(atom) is Var:
         return (0, atom.name)
-    return (1 if isinstance(atom, FloorDiv) else 2, str(atom))
+    return atom.sort_key
 
 
 def _atom_bounds(atom: Atom) -> tuple[int, int]:

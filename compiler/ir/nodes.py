@@ -22,12 +22,13 @@ device); the scheduler decides which nodes are materialised and which are recomp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Union
 
 import torch
 
-from compiler.ir.index import Index, Var, contiguous_strides, make_vars
+from compiler.ir.index import CachedHash, Index, Var, contiguous_strides, make_vars
 
 # ---- values -------------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ WELFORD_TYPES = ("welford_mean", "welford_m2")
 
 
 @dataclass(frozen=True)
-class Load:
+class Load(CachedHash):
     """Element `indices` (one per dimension of the buffer: logical coordinates, not a memory
     offset) of buffer `buf`. Emitters turn it into an address with the buffer's Layout (see
     `address`), so inlining a producer is substituting its `i*` vars.
@@ -127,6 +128,8 @@ class Load:
     dtype: torch.dtype
     mask: "Value | None" = None
 
+    __hash__ = CachedHash.__hash__
+
 
 @dataclass(frozen=True)
 class Constant:
@@ -135,18 +138,22 @@ class Constant:
 
 
 @dataclass(frozen=True)
-class IndexValue:
+class IndexValue(CachedHash):
     """An index expression used as a number (arange, iota, argmax positions)."""
 
     index: Index
     dtype: torch.dtype
 
+    __hash__ = CachedHash.__hash__
+
 
 @dataclass(frozen=True)
-class Op:
+class Op(CachedHash):
     op: str  # a key of OPS
     args: tuple["Value", ...]
     dtype: torch.dtype
+
+    __hash__ = CachedHash.__hash__
 
     def __post_init__(self) -> None:
         if OPS.get(self.op) != len(self.args):
@@ -162,7 +169,7 @@ class Ref:
 
 
 @dataclass(frozen=True)
-class Welford:
+class Welford(CachedHash):
     """What a Welford reduction (`welford_mean`, `welford_m2`) combines at each reduced point:
     the state of `weight` elements with mean `mean` and sum of squared deviations `m2`. An
     element x is `Welford(x, 0, 1)`; a masked-off one has weight 0; a split reduction's second
@@ -174,6 +181,8 @@ class Welford:
     m2: "Value"
     weight: "Value"
     dtype: torch.dtype  # the accumulation dtype of all three
+
+    __hash__ = CachedHash.__hash__
 
     @staticmethod
     def of(x: "Value") -> "Welford":
@@ -199,24 +208,43 @@ def children(value: Value) -> tuple[Value, ...]:
     return ()
 
 
-def iter_values(value: Value):
-    """All sub-values, each object once, children before parents."""
+def iter_values(value: Value) -> tuple[Value, ...]:
+    """All sub-values, each object once, children before parents. Those below `value` are
+    kept on it (values are immutable, and the scheduler's passes walk the same bodies over
+    and over; not `value` itself, which would make a reference cycle of every body)."""
+    below = value.__dict__.get("_below")
+    if below is None:
+        below = _post_order(value)[:-1]
+        object.__setattr__(value, "_below", below)
+    return below + (value,)
+
+
+def _post_order(value: Value) -> tuple[Value, ...]:
+    out: list[Value] = []
     seen: set[int] = set()
     stack: list[tuple[Value, bool]] = [(value, False)]
     while stack:
         v, expanded = stack.pop()
         if expanded:
-            yield v
+            out.append(v)
             continue
         if id(v) in seen:
             continue
         seen.add(id(v))
         stack.append((v, True))
-        stack.extend((c, False) for c in reversed(children(v)))
+        for c in reversed(children(v)):
+            stack.append((c, False))
+    return tuple(out)
 
 
-def loads(value: Value) -> list[Load]:
-    return [v for v in iter_values(value) if isinstance(v, Load)]
+def loads(value: Value) -> tuple[Load, ...]:
+    """The loads in `value`, children before parents (those below it kept on it, as in
+    `iter_values`)."""
+    below = value.__dict__.get("_loads")
+    if below is None:
+        below = tuple(v for v in iter_values(value)[:-1] if isinstance(v, Load))
+        object.__setattr__(value, "_loads", below)
+    return below + (value,) if isinstance(value, Load) else below
 
 
 def op_count(value: Value) -> int:
@@ -260,10 +288,17 @@ class Layout:
         return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
 
     def index(self, indices: tuple) -> Index:
-        out = Index.of(self.offset)
-        for i, st in zip(indices, self.stride):
-            out = out + Index.of(i) * st
-        return out
+        return _layout_index(self.offset, self.stride, tuple(indices))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _layout_index(offset: int, stride: tuple[int, ...], indices: tuple) -> Index:
+    """`Layout.index`, memoised: emitters ask for the address of the same loads per copy of a
+    loop body and per loop-merging attempt."""
+    out = Index.of(offset)
+    for i, st in zip(indices, stride):
+        out = out + Index.of(i) * st
+    return out
 
 
 def address(layout: Layout, indices: tuple) -> tuple[Index, list[tuple["Value", int]]]:

@@ -41,13 +41,15 @@ def _as_index(v: Value) -> Index | None:
 
 
 def _difference(op: Op) -> Index | None:
-    """`a - b` for a comparison `a <op> b` of integer indices (else None)."""
+    """`a - b` for a comparison `a <op> b` of integer indices (else None). Kept on the op:
+    emitters decide the same conditions in every specialised copy of a loop body."""
     if op.op not in _COMPARISONS:
         return None
-    a, b = (_as_index(x) for x in op.args)
-    if a is None or b is None:
-        return None
-    return a - b
+    if "_difference" not in op.__dict__:
+        a, b = (_as_index(x) for x in op.args)
+        d = None if a is None or b is None else a - b
+        object.__setattr__(op, "_difference", d)
+    return op.__dict__["_difference"]
 
 
 def _atom_range(atom, ranges: Ranges) -> tuple[int, int]:

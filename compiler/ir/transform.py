@@ -26,9 +26,9 @@ def rewrite(
         if key in memo:
             return memo[key]
         if isinstance(v, Op):
-            out: Value = Op(v.op, tuple(go(a) for a in v.args), v.dtype)
+            out: Value = Op(v.op, tuple([go(a) for a in v.args]), v.dtype)
         elif isinstance(v, Load):
-            indices = tuple(on_index(i) if isinstance(i, Index) else go(i) for i in v.indices)
+            indices = tuple([on_index(i) if isinstance(i, Index) else go(i) for i in v.indices])
             mask = go(v.mask) if v.mask is not None else None
             out = on_load(v, indices, mask)
         elif isinstance(v, IndexValue):
@@ -49,11 +49,26 @@ def rewrite(
 
 def substitute(value: Value, mapping: Mapping[str, Index]) -> Value:
     """Replace loop variables (by name) everywhere in `value`."""
-    return rewrite(
-        value,
-        lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask),
-        lambda i: i.subs(mapping),
-    )
+    return substitute_indices(value, substitution(mapping))
+
+
+def substitute_indices(value: Value, on_index: Callable[[Index], Index]) -> Value:
+    """Every Index of `value` through `on_index`."""
+    return rewrite(value, lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask), on_index)
+
+
+def substitution(mapping: Mapping[str, Index]) -> Callable[[Index], Index]:
+    """`Index.subs(mapping)`, computed once per distinct index: the loads of a body repeat
+    indices (the same point of several buffers)."""
+    done: dict[Index, Index] = {}
+
+    def call(i: Index) -> Index:
+        out = done.get(i)
+        if out is None:
+            out = done[i] = i.subs(mapping)
+        return out
+
+    return call
 
 
 def inline_loads(value: Value, bodies: Mapping[str, tuple[tuple[str, ...], Value]]) -> Value:

@@ -85,6 +85,7 @@ class LoweringContext:
         self.aot = aot
         self.nodes: list[Node] = []
         self.inputs: list[InputBuffer] = []
+        self._input_layouts: dict[str, Layout] = {}  # _is_input's view of `inputs`
         self.constants: list[ConstantBuffer] = []
         self.notes: list[str] = []
         self.current: torch.fx.Node | None = None
@@ -430,11 +431,12 @@ class LoweringContext:
         return self.extern(node.target, args, kwargs, note=True)
 
     def _is_input(self, tv: Any) -> bool:
-        names = {b.name: b.layout for b in self.inputs}
+        if len(self._input_layouts) != len(self.inputs):  # built once all inputs are known
+            self._input_layouts = {b.name: b.layout for b in self.inputs}
         return (
             isinstance(tv, TensorValue)
             and tv.view is not None
-            and names.get(tv.view.buf) == tv.view.layout
+            and self._input_layouts.get(tv.view.buf) == tv.view.layout
         )
 
 

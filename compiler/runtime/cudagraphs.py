@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from compiler.runtime import tensor_guards
 from compiler.runtime.static import is_static_address
 
 # Addresses of graph-owned memory handed out as internal outputs: a graph captured later
@@ -38,6 +39,22 @@ _handed_out: set[int] = set()
 def is_handed_out(t: torch.Tensor) -> bool:
     """`t` is a CUDA graph's internal output: the graph's next replay overwrites it."""
     return bool(_handed_out) and t.is_cuda and t.data_ptr() in _handed_out
+
+
+def _moved(args: list, where: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
+    """Some `args[i]` is not at its address (`where`: the positions, then the addresses):
+    one C++ call with the tensor_guards extension (~100 parameters before each replay)."""
+    positions, addresses = where
+    same_addresses = tensor_guards.same_addresses_function()
+    if same_addresses is not None:
+        same = same_addresses(args, positions, addresses)
+        if same is not None:
+            return not same
+    return any(args[i].data_ptr() != p for i, p in zip(positions, addresses))
+
+
+def _split(pairs: list[tuple[int, int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return (tuple(i for i, _ in pairs), tuple(p for _, p in pairs))
 
 
 class CudaGraphRunner:
@@ -55,6 +72,7 @@ class CudaGraphRunner:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.borrowed: list[tuple[int, int]] = []  # (input position, address captured on)
         self.handed: list[tuple[int, int]] = []  # the same, for another graph's outputs
+        self.borrowed_at = self.handed_at = _split([])  # both as (positions, addresses)
         self.owned: list[tuple[int, torch.Tensor]] = []  # (input position, static buffer)
         self.copy_back: list[tuple[int, torch.Tensor]] = []
         self.outputs: Sequence[Any] = ()
@@ -62,9 +80,9 @@ class CudaGraphRunner:
         self.ungraphed_calls = 0
 
     def __call__(self, args: list) -> tuple:
-        if self.graph is None or any(args[i].data_ptr() != p for i, p in self.borrowed):
+        if self.graph is None or _moved(args, self.borrowed_at):
             self._capture(args)
-        elif any(args[i].data_ptr() != p for i, p in self.handed):
+        elif _moved(args, self.handed_at):
             # Another graph's output, now copied elsewhere (a backward that waited while its
             # forward ran again): the memory the graph reads holds newer values.
             self.ungraphed_calls += 1
@@ -94,6 +112,7 @@ class CudaGraphRunner:
                 inputs[i] = buf.copy_(a)
                 self.owned.append((i, buf))
         self.copy_back = [(i, buf) for i, buf in self.owned if i in self.mutated]
+        self.borrowed_at, self.handed_at = _split(self.borrowed), _split(self.handed)
         if self.graph is None:
             # The warm-up call must not write twice to the inputs the graph mutates: it runs
             # on copies of them (a BatchNorm would count one batch twice in its statistics).

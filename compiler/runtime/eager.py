@@ -16,11 +16,26 @@ import torch.fx
 
 from compiler.records import SourceLine
 
+# An aot half (a functional aten graph) can be given tensors in other strides than it was
+# traced with: the compiled forward lays some saved tensors out channels-last for the
+# backward's kernels. Its views then cannot always be views, and in a functional graph a view
+# means what a reshape computes, so there they run as reshapes instead of raising an error
+# that eager's own code never raised (torchvision's swin_b train step on the H100).
+_ATEN_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
 
 class _AtUserLines(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule):
         super().__init__(gm)
         self.extra_traceback = False  # keep the exception's message as torch wrote it
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if target in _ATEN_VIEWS and isinstance(args[0], torch.Tensor):
+            try:
+                return target(*args, **kwargs)
+            except RuntimeError:
+                return torch.ops.aten.reshape.default(*args, **kwargs)
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         try:

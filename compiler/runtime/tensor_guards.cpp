@@ -13,6 +13,10 @@
 // returns the TensorImpl's address, called through its descriptor (no attribute lookup).
 // The checker accepts only torch.Tensor and nn.Parameter (see `TensorChecker.__init__`
 // below): a subclass can change what its attributes return, so it is checked in Python.
+//
+// The same extension holds `FrozenReads` (frozen_reads.h: a guard call skips re-reading
+// module attributes no write has touched) and `AliasGuard` (alias_guard.h: do a graph's
+// mutated inputs share memory with another input), included into this translation unit.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,7 +26,9 @@
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #ifndef JC_BUILT_FOR
@@ -38,6 +44,8 @@ descrgetfunc cdata_get = nullptr;
 // libtorch_python (THPDtypeType, THPDeviceType): the extension links only to c10.
 PyObject* dtype_type = nullptr;
 PyObject* device_type = nullptr;
+PyTypeObject* tensor_base_type = nullptr;  // torch._C.TensorBase
+PyObject* checked_types = nullptr;  // (torch.Tensor, nn.Parameter), given by the loader
 
 struct Expected {
   PyTypeObject* type;  // exact type; kept alive by the checker's `specs` tuple
@@ -227,6 +235,19 @@ PyMemberDef checker_members[] = {
 
 PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+}  // namespace
+
+#include "alias_guard.h"
+#include "frozen_reads.h"
+
+namespace {
+
+PyMethodDef module_methods[] = {
+    {"same_addresses", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(same_addresses)),
+     METH_FASTCALL, "same_addresses(inputs, positions, addresses): see alias_guard.h"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
 
 }  // namespace
@@ -239,6 +260,7 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
     return nullptr;
   }
   PyObject* base = PyObject_GetAttrString(torch_c, "TensorBase");
+  tensor_base_type = reinterpret_cast<PyTypeObject*>(base);  // this reference, kept for good
   dtype_type = PyObject_GetAttrString(torch_c, "dtype");
   device_type = PyObject_GetAttrString(torch_c, "device");
   Py_DECREF(torch_c);
@@ -250,7 +272,6 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
     return nullptr;
   }
   cdata_descr = PyObject_GetAttrString(base, "_cdata");  // the descriptor itself, from the type
-  Py_DECREF(base);
   if (cdata_descr == nullptr) {
     return nullptr;
   }
@@ -276,9 +297,73 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
     return nullptr;
   }
 
+
+  getattribute_name = PyUnicode_InternFromString("__getattribute__");
+  if (getattribute_name == nullptr) {
+    return nullptr;
+  }
+  FrozenType.tp_name = "_jc_tensor_guards.FrozenReads";
+  FrozenType.tp_doc =
+      "FrozenReads(n_roots, reads, types, selection): the values of attribute and dict reads "
+      "from pinned objects, answered while no dict or class they went through changed.";
+  FrozenType.tp_basicsize = sizeof(Frozen);
+  FrozenType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC;
+  FrozenType.tp_vectorcall_offset = offsetof(Frozen, vectorcall);
+  FrozenType.tp_call = PyVectorcall_Call;
+  FrozenType.tp_new = frozen_new;
+  FrozenType.tp_dealloc = frozen_dealloc;
+  FrozenType.tp_traverse = frozen_traverse;
+  FrozenType.tp_clear = frozen_clear;
+  FrozenType.tp_repr = frozen_repr;
+  FrozenType.tp_methods = frozen_methods;
+  FrozenType.tp_members = frozen_members;
+  if (PyType_Ready(&FrozenType) < 0) {
+    return nullptr;
+  }
+
+  AliasType.tp_name = "_jc_tensor_guards.AliasGuard";
+  AliasType.tp_doc =
+      "AliasGuard(mutated)(*inputs): True when no mutated input shares its storage with "
+      "another input, False when one does, None when it cannot tell (a tensor subclass).";
+  AliasType.tp_basicsize = sizeof(Alias);
+  AliasType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  AliasType.tp_vectorcall_offset = offsetof(Alias, vectorcall);
+  AliasType.tp_call = PyVectorcall_Call;
+  AliasType.tp_new = alias_new;
+  AliasType.tp_dealloc = alias_dealloc;
+  AliasType.tp_members = alias_members;
+  if (PyType_Ready(&AliasType) < 0) {
+    return nullptr;
+  }
+  PyObject* nn_parameter = PyImport_ImportModule("torch.nn.parameter");
+  if (nn_parameter == nullptr) {
+    return nullptr;
+  }
+  PyObject* torch_mod = PyImport_ImportModule("torch");
+  if (torch_mod == nullptr) {
+    Py_DECREF(nn_parameter);
+    return nullptr;
+  }
+  PyObject* tensor_type = PyObject_GetAttrString(torch_mod, "Tensor");
+  PyObject* parameter_type = PyObject_GetAttrString(nn_parameter, "Parameter");
+  Py_DECREF(torch_mod);
+  Py_DECREF(nn_parameter);
+  if (tensor_type == nullptr || parameter_type == nullptr) {
+    Py_XDECREF(tensor_type);
+    Py_XDECREF(parameter_type);
+    return nullptr;
+  }
+  checked_types = PyTuple_Pack(2, tensor_type, parameter_type);
+  Py_DECREF(tensor_type);
+  Py_DECREF(parameter_type);
+  if (checked_types == nullptr) {
+    return nullptr;
+  }
+
   module_def.m_name = "_jc_tensor_guards";
   module_def.m_doc = "Tensor metadata guards for jupyter-compile (compiler/runtime/tensor_guards.py).";
   module_def.m_size = -1;
+  module_def.m_methods = module_methods;
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) {
     return nullptr;
@@ -286,6 +371,17 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   Py_INCREF(&CheckerType);
   if (PyModule_AddObject(module, "TensorChecker", reinterpret_cast<PyObject*>(&CheckerType)) < 0 ||
       PyModule_AddStringConstant(module, "BUILT_FOR", JC_BUILT_FOR) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  Py_INCREF(&AliasType);
+  if (PyModule_AddObject(module, "AliasGuard", reinterpret_cast<PyObject*>(&AliasType)) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  Py_INCREF(&FrozenType);
+  if (PyModule_AddObject(module, "FrozenReads", reinterpret_cast<PyObject*>(&FrozenType)) < 0 ||
+      PyModule_AddIntConstant(module, "DICT_VERSIONS", JC_DICT_VERSIONS) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

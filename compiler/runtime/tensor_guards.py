@@ -2,7 +2,9 @@
 
 A guard function checks ~6 attributes of every tensor input, each a Python attribute read;
 for a resnet's ~100 parameters that is most of a call's guard time. The extension's
-`TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which).
+`TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which). Its
+`FrozenReads` lets a call skip the checks of module attributes no write has touched since
+the last call that passed (compiler/tracer/frozen.py decides which).
 
 It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
 compiling a user's function: a first compile must not wait for a C++ build. At runtime it is
@@ -26,12 +28,15 @@ import sysconfig
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import torch
 
 from compiler.runtime import cpp_build
 
 SOURCE = Path(__file__).with_name("tensor_guards.cpp")
+# the parts it includes: FrozenReads (compiler/tracer/frozen.py) and AliasGuard (aliasing.py)
+HEADERS = [Path(__file__).with_name(name) for name in ("frozen_reads.h", "alias_guard.h")]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
 
 # The tensor types the checker takes: a subclass may change what its attributes return
@@ -49,6 +54,8 @@ def built_for() -> str:
 
 def library_path() -> Path:
     h = hashlib.sha256(SOURCE.read_bytes())
+    for header in HEADERS:
+        h.update(header.read_bytes())
     h.update("\0".join(flags()).encode())  # the include paths and ABI: another torch install
     digest = h.hexdigest()[:16]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
@@ -69,6 +76,7 @@ def flags() -> list[str]:
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
         f"-I{torch_include}",
+        f"-I{SOURCE.parent}",  # HEADERS
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f'-DJC_BUILT_FOR="{built_for()}"',
         f"-L{torch_lib}",
@@ -91,13 +99,40 @@ def build() -> Path:
 def checker_class() -> type | None:
     """The extension's `TensorChecker`, or None when it is not built or cannot be loaded
     (then `status()` says why). Loads at most once per process; never builds."""
+    module = _load()
+    return None if module is None else module.TensorChecker
+
+
+def frozen_class() -> type | None:
+    """The extension's `FrozenReads` where tensor checks are in C++ by this extension and
+    this Python has dict version tags (3.11, 3.12), else None."""
+    checker = checker_class()
+    module = _load()
+    if checker is None or module is None or module.TensorChecker is not checker:
+        return None
+    return module.FrozenReads if module.DICT_VERSIONS else None
+
+
+def alias_guard_class() -> type | None:
+    """The extension's `AliasGuard` (compiler/runtime/aliasing.py), or None without it."""
+    module = _load()
+    return None if module is None else module.AliasGuard
+
+
+def same_addresses_function() -> Callable | None:
+    """The extension's `same_addresses` (compiler/runtime/cudagraphs.py), or None."""
+    module = _load()
+    return None if module is None else module.same_addresses
+
+
+def _load() -> ModuleType | None:
     global _module, _status
     if _module is None and _status is None:
         try:
             _module = load_library(library_path())
         except Exception as e:  # any failure means Python guards, as without the extension
             _status = f"{type(e).__name__}: {e}"
-    return None if _module is None else _module.TensorChecker
+    return _module
 
 
 def status() -> str:

@@ -49,12 +49,11 @@ from compiler.ir.nodes import (
     TensorArg,
     Value,
     Welford,
-    address,
     iter_values,
     loads,
     op_count,
 )
-from compiler.ir.transform import inline_loads, rewrite, substitute
+from compiler.ir.transform import inline_loads, rewrite, substitute_indices, substitution
 from compiler.scheduler.inplace import write_in_place
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule, Step
 from compiler.scheduler.split import split_reductions
@@ -80,7 +79,14 @@ UNRELATED_JOIN_MAX_BYTES = 1 << 20  # larger outputs join only kernels they shar
 
 
 def required_buffers(graph: Graph) -> set[str]:
-    """Buffers that must exist in memory: outputs, extern arguments, gather tables."""
+    """Buffers that must exist in memory: outputs, extern arguments, gather tables. Kept on
+    the graph (immutable), which three passes ask."""
+    if "_required" not in graph.__dict__:
+        object.__setattr__(graph, "_required", frozenset(_required(graph)))
+    return set(graph.__dict__["_required"])
+
+
+def _required(graph: Graph) -> set[str]:
     need = {o.buf for o in graph.outputs if isinstance(o, TensorArg)}
     for n in graph.nodes:
         if isinstance(n, ExternKernel):
@@ -133,7 +139,7 @@ def inline(
         inlined = [ld.buf for ld in loads(n.body) if ld.buf in bodies]
         names[n.name] = {a: None for b in inlined for a in names[b]} | {n.aten: None}
         origins[n.name] = {o: None for b in inlined for o in origins[b]} | dict.fromkeys(n.origins)
-        n = _with_body(n, inline_loads(n.body, bodies) if bodies else n.body)
+        n = _with_body(n, inline_loads(n.body, bodies) if inlined else n.body)
         ops = op_count(n.body)
         cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
         broadcast = (
@@ -418,7 +424,7 @@ def _finish(
             reduced = (c for k, c in enumerate(full) if k in g.axes)
             mapping.update(zip((v.name for v in node.reduction_vars), reduced))
             point = outer_idx
-        value = _refs(substitute(node.body, mapping), internal)
+        value = _refs(node.body, mapping, internal)
         loop = "inner" if role == "reduce" or (role == "full" and g.axes) else "outer"
         store = point if node.name in needed else None
         steps.append(
@@ -454,9 +460,10 @@ def _finish(
     )
 
 
-def _refs(value: Value, internal: dict[str, str]) -> Value:
-    """Loads of buffers computed in the same kernel (at the current point, which grouping
-    guaranteed) read the step's value instead."""
+def _refs(value: Value, mapping: dict[str, Index], internal: dict[str, str]) -> Value:
+    """`value` with its variables substituted by `mapping` (in one rewrite), where loads of
+    buffers computed in the same kernel (at the current point, which grouping guaranteed)
+    read the step's value instead."""
 
     def on_load(ld: Load, indices: tuple, mask: Value | None) -> Value:
         if ld.buf not in internal:
@@ -466,20 +473,60 @@ def _refs(value: Value, internal: dict[str, str]) -> Value:
             return ref
         return Op("where", (mask, ref, Constant(0, ld.dtype)), ld.dtype)
 
-    return rewrite(value, on_load, lambda i: i)
+    return rewrite(value, on_load, substitution(mapping))
 
 
-def _index_exprs(steps: list[Step], layouts: dict[str, Layout]) -> list[Index]:
-    exprs: list[Index] = []
-    for s in steps:
-        for v in iter_values(s.value):
-            if isinstance(v, Load):
-                exprs.append(address(layouts[v.buf], v.indices)[0])
-            elif isinstance(v, IndexValue):
-                exprs.append(v.index)
-        if s.store is not None:
-            exprs.append(address(layouts[s.name], s.store)[0])
-    return exprs
+class _Addresses:
+    """The addresses and index values of a kernel's steps, through the variable
+    substitutions of `_merge_dims`: each distinct index is substituted once per merge, and the
+    steps are rewritten once at the end, with the indices they would have had if rewritten
+    at each merge."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.current: dict[Index, Index] = {}  # each index of the steps -> its form now
+        self.sites: dict[tuple[str, tuple], None] = {}  # (buffer, coordinates) addressed
+        self.values: dict[Index, None] = {}  # indices used as numbers
+        for s in steps:
+            for v in iter_values(s.value):
+                if isinstance(v, Load):
+                    coords = tuple(i if isinstance(i, Index) else None for i in v.indices)
+                    self._site(v.buf, coords)
+                elif isinstance(v, IndexValue):
+                    self.values[v.index] = None
+                    self.current[v.index] = v.index
+            if s.store is not None:
+                self._site(s.name, s.store)
+
+    def _site(self, buf: str, coords: tuple) -> None:
+        self.sites[(buf, coords)] = None
+        for i in coords:
+            if i is not None:
+                self.current[i] = i
+
+    def exprs(self, layouts: dict[str, Layout]) -> list[Index]:
+        """Every static address part and index value, deduplicated."""
+        out: dict[Index, None] = {}
+        for buf, coords in self.sites:
+            # a run-time coordinate (None) adds nothing to the static part (`address`)
+            now = tuple(self.current[i] if i is not None else 0 for i in coords)
+            out[layouts[buf].index(now)] = None
+        for i in self.values:
+            out[self.current[i]] = None
+        return list(out)
+
+    def substitute(self, mapping: dict[str, Index]) -> None:
+        self.current = {k: v.subs(mapping) for k, v in self.current.items()}
+
+    def rewrite(self, steps: list[Step]) -> list[Step]:
+        if all(k == v for k, v in self.current.items()):
+            return steps
+        new = self.current.__getitem__
+        out = []
+        for s in steps:
+            store = tuple(new(i) for i in s.store) if s.store is not None else None
+            value = substitute_indices(s.value, new)
+            out.append(Step(s.name, s.loop, value, s.dtype, s.reduction_type, store))
+        return out
 
 
 def _mergeable(a: Var, b: Var, exprs: list[Index]) -> bool:
@@ -498,17 +545,19 @@ def _merge_dims(
     """Merge adjacent loop dims `a, b` into one var `m` (a = m // |b|, b = m % |b|) where every
     address is linear in both with coeff(a) == coeff(b) * |b|; then renumber."""
     groups = {"x": list(outer), "r": list(red)}
+    addresses = _Addresses(steps)
     changed = True
     while changed:
         changed = False
-        exprs = _index_exprs(steps, layouts)
+        exprs = addresses.exprs(layouts)
         for vs in groups.values():
             for k in range(len(vs) - 1):
                 a, b = vs[k], vs[k + 1]
                 if _mergeable(a, b, exprs):
                     m = Var(a.name + "m", a.size * b.size)
-                    mapping = {a.name: Index.of(m) // b.size, b.name: Index.of(m) % b.size}
-                    steps = _subs_steps(steps, mapping)
+                    addresses.substitute(
+                        {a.name: Index.of(m) // b.size, b.name: Index.of(m) % b.size}
+                    )
                     vs[k : k + 2] = [m]
                     changed = True
                     break
@@ -525,8 +574,8 @@ def _merge_dims(
         for old, nv in zip(kept, new):
             mapping[old.name] = Index.of(nv)
         final[prefix] = new
-    steps = _subs_steps(steps, mapping)
-    return steps, final["x"], final["r"]
+    addresses.substitute(mapping)
+    return addresses.rewrite(steps), final["x"], final["r"]
 
 
 def _one_element(step: Step) -> Step:
@@ -539,16 +588,6 @@ def _one_element(step: Step) -> Step:
         part = step.value.mean if step.reduction_type == "welford_mean" else step.value.m2
         return dataclasses.replace(step, value=part, reduction_type="sum")
     return step
-
-
-def _subs_steps(steps: list[Step], mapping: dict[str, Index]) -> list[Step]:
-    out = []
-    for s in steps:
-        store = tuple(i.subs(mapping) for i in s.store) if s.store is not None else None
-        out.append(
-            Step(s.name, s.loop, substitute(s.value, mapping), s.dtype, s.reduction_type, store)
-        )
-    return out
 
 
 _SUFFIX = re.compile(r"_\d+$")

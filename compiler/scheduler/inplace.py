@@ -27,6 +27,7 @@ every loop).
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 from torch.utils._pytree import tree_flatten
 
@@ -43,51 +44,62 @@ def write_in_place(launches: list[Launch], graph: Graph) -> list[Launch]:
     inputs = {b.name: b.layout for b in graph.inputs}
     copies = [c for c in launches if isinstance(c, ExternCall) and c.node.op == _COPY]
     targets = [_target(c, inputs) for c in copies]
-    written = [t for t in targets if t is not None]
+    writes_to = Counter(t for t in targets if t is not None)
     # An optimizer step has a copy per parameter and state tensor, each checked against every
-    # launch: the layouts and each launch's reads are computed once, not per copy.
+    # launch: the layouts and the launches reading each buffer are computed once, not per
+    # copy. Positions stay put while the pass runs (a folded copy leaves a None behind).
     layouts = graph.buffer_layouts()
-    reads = _ReadSets()
-    out = list(launches)
+    out: list[Launch | None] = list(launches)
+    position = {id(launch): j for j, launch in enumerate(out)}
+    readers = _Readers(out)
     for copy, target in zip(copies, targets):
-        if target is None or written.count(target) != 1:
+        if target is None or writes_to[target] != 1:
             continue
         _, src = copy.node.args[:2]
-        at = next(j for j, launch in enumerate(out) if launch is copy)
+        at = position[id(copy)]
         producer = _producer(out, at, src.buf)
         if producer is None:
             continue
         k, group = producer
         step = _step(group, src, layouts)
-        if step is None or not _safe(out, k, at, group, step, target, copy, graph, layouts, reads):
+        if step is None or not _safe(k, at, group, step, target, copy, graph, layouts, readers):
             continue
         if group.kind == "reduction" and not _ordered(group, step, target):
             continue
-        needed = _read_elsewhere(out, k, at, src.buf, graph, reads)
-        if needed and _can_redirect(out, k, at, src.buf, target, graph, layouts, reads):
+        needed = _read_elsewhere(k, at, src.buf, graph, readers)
+        if needed and _can_redirect(out, k, at, src.buf, target, graph, layouts, readers):
             # later kernels read the input, which holds the value from kernel k on
-            out = [
-                _reading(launch, src.buf, target) if j > k else launch
-                for j, launch in enumerate(out)
-            ]
+            for j in sorted(readers.of(src.buf)):
+                if j > k and out[j] is not copy:
+                    out[j] = _reading(out[j], src.buf, target)
+                    readers.move(j, src.buf, target)
             needed = False
         out[k] = _with_store(group, step, target, still_needed=needed)
-        del out[at]
-    return out
+        readers.drop(at, _reads(copy))
+        out[at] = None
+    return [launch for launch in out if launch is not None]
 
 
-class _ReadSets:
-    """The buffers each launch reads, computed once per launch object (launches are
-    immutable; the ones this pass rewrites are new objects)."""
+class _Readers:
+    """The positions of the launches reading each buffer, kept up to date as the pass
+    redirects reads and drops copies."""
 
-    def __init__(self) -> None:
-        self._sets: dict[int, tuple[Launch, set[str]]] = {}
+    def __init__(self, launches: list[Launch | None]) -> None:
+        self._at: dict[str, set[int]] = {}
+        for j, launch in enumerate(launches):
+            for buf in _reads(launch):
+                self._at.setdefault(buf, set()).add(j)
 
-    def __call__(self, launch: Launch) -> set[str]:
-        hit = self._sets.get(id(launch))
-        if hit is None or hit[0] is not launch:
-            hit = self._sets[id(launch)] = (launch, _reads(launch))
-        return hit[1]
+    def of(self, buf: str) -> set[int]:
+        return self._at.get(buf, set())
+
+    def move(self, j: int, old: str, new: str) -> None:
+        self._at[old].discard(j)
+        self._at.setdefault(new, set()).add(j)
+
+    def drop(self, j: int, bufs: set[str]) -> None:
+        for buf in bufs:
+            self._at[buf].discard(j)
 
 
 def _target(copy: ExternCall, inputs: dict) -> str | None:
@@ -99,11 +111,11 @@ def _target(copy: ExternCall, inputs: dict) -> str | None:
     return dst.buf if inputs.get(dst.buf) == dst.layout else None
 
 
-def _producer(launches: list[Launch], at: int, buf: str) -> tuple[int, KernelGroup] | None:
+def _producer(launches: list[Launch | None], at: int, buf: str) -> tuple[int, KernelGroup] | None:
     """The last launch before `at` writing `buf`, when it is a kernel."""
     for k in range(at - 1, -1, -1):
         launch = launches[k]
-        if buf in launch.writes:
+        if launch is not None and buf in launch.writes:
             return (k, launch) if isinstance(launch, KernelGroup) else None
     return None
 
@@ -120,7 +132,6 @@ def _step(group: KernelGroup, src: TensorArg, layouts: dict[str, Layout]) -> Ste
 
 
 def _safe(
-    launches: list[Launch],
     k: int,
     at: int,
     group: KernelGroup,
@@ -129,15 +140,15 @@ def _safe(
     copy: ExternCall,
     graph: Graph,
     layouts: dict[str, Layout],
-    reads: _ReadSets,
+    readers: _Readers,
 ) -> bool:
     if layouts[step.name].size != layouts[target].size:
         return False
     if layouts[step.name].dtype != layouts[target].dtype:
         return False
-    if any(target in reads(launch) for launch in launches[k + 1 : at]):
+    if any(k < j < at for j in readers.of(target)):
         return False  # a later launch reads the old value
-    if any(
+    if target in group.reads and any(
         ld.indices != step.store or ld.mask is not None
         for s in group.steps
         for ld in loads(s.value)
@@ -148,7 +159,7 @@ def _safe(
     if result is not None:
         if any(o.buf == result for o in graph.outputs if isinstance(o, TensorArg)):
             return False
-        if any(result in reads(launch) for launch in launches[at + 1 :]):
+        if any(j > at for j in readers.of(result)):
             return False
     return True
 
@@ -186,24 +197,22 @@ def _reads(launch: Launch) -> set[str]:
     return {a.buf for a in flat if isinstance(a, TensorArg)}
 
 
-def _read_elsewhere(
-    launches: list[Launch], k: int, at: int, buf: str, graph: Graph, reads: _ReadSets
-) -> bool:
+def _read_elsewhere(k: int, at: int, buf: str, graph: Graph, readers: _Readers) -> bool:
     """Whether `buf` is needed after the copy goes: an output, or read by another launch."""
     if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
         return True
-    return any(buf in reads(launch) for j, launch in enumerate(launches) if j not in (k, at))
+    return any(j not in (k, at) for j in readers.of(buf))
 
 
 def _can_redirect(
-    launches: list[Launch],
+    launches: list[Launch | None],
     k: int,
     at: int,
     buf: str,
     target: str,
     graph: Graph,
     layouts: dict[str, Layout],
-    reads: _ReadSets,
+    readers: _Readers,
 ) -> bool:
     """Whether every other reader of `buf` may read `target` instead: kernels after `k` (the
     input is written there and nowhere else), with the same layout to index."""
@@ -212,9 +221,7 @@ def _can_redirect(
     if any(o.buf == buf for o in graph.outputs if isinstance(o, TensorArg)):
         return False
     return all(
-        isinstance(launch, KernelGroup) and j > k
-        for j, launch in enumerate(launches)
-        if j not in (k, at) and buf in reads(launch)
+        isinstance(launches[j], KernelGroup) and j > k for j in readers.of(buf) if j not in (k, at)
     )
 
 

@@ -37,6 +37,7 @@ import torch
 from compiler.records import Guard
 
 _MISSING = object()
+MISSING = _MISSING  # a value that could not be read
 _TABLES = ("_parameters", "_buffers", "_modules")  # nn.Module.__getattr__'s order
 _RESERVED = {"L", "G", "O", "F", *dir(builtins)}
 
@@ -195,6 +196,11 @@ class AccessPlan:
         local = Local(name, expr, _text(key), requires, deps)
         self._locals[key] = local
         return local
+
+    def value(self, local: Local) -> Any:
+        """The value `local` held when the entry was traced, or MISSING (read once, as the
+        guard function reads it, until `release`)."""
+        return self._value(local)
 
     def _value(self, local: Local) -> Any:
         """The value `local` held when the entry was traced (_MISSING where reading it raised);

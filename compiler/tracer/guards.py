@@ -20,7 +20,8 @@ from typing import Any, Callable
 import torch
 
 from compiler.records import Guard, SourceLine
-from compiler.tracer.access import AccessPlan, Local
+from compiler.tracer.access import MISSING, AccessPlan, Local
+from compiler.tracer.frozen import FrozenPlan, plan_frozen
 
 # Types whose values are compared with ==: the graph is specialised on the value itself.
 CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
@@ -235,6 +236,9 @@ class CompiledGuards:
     access: AccessPlan
     defined: set[str]  # locals the guard function defines (their short paths are guarded)
     checks: list[_Check]
+    # The FrozenReads of the function's fast path (None without one): its name in the
+    # namespace, the locals a call answers, in order, and every frozen local
+    frozen: tuple[str, list[str], set[str]] | None = None
 
     def failures(self, L: dict, G: dict) -> list[Guard]:
         """The guards that do not hold for these values (for recompile reasons), each
@@ -306,7 +310,13 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     With the C++ tensor guard extension, a tensor's metadata checks are comments marked [C++]
     and the tensors wait in `pending` for one `TensorChecker` call, made before any Python
     check or local reads one of them (so a tensor's type is checked before a `.grad` or a
-    `.size(0)` is read from it) and at the end."""
+    `.size(0)` is read from it) and at the end.
+
+    With it, too, the checks whose answers only depend on module attributes that cannot have
+    changed (compiler/tracer/frozen.py) are skipped while a `FrozenReads` finds the dicts and
+    classes they read unchanged: the function first runs the checks that read none of them,
+    then, when `___frozenN()` answers, the rest of the per-call checks over the values it
+    answers; otherwise every check, as without it, and `remember` at the end."""
     # imported here, not at the top: `import compiler` must not import it, so that
     # `python -m compiler.runtime.tensor_guards build` runs the module once
     from compiler.runtime import tensor_guards
@@ -314,80 +324,179 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     plan = AccessPlan(
         [g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref
     )
-    present = {(g.kind, g.expr) for g in guard_set.guards}
-    defined: set[str] = set()
-    checks: list[_Check] = []
+    checks = _ordered_checks(guard_set, plan)
     checker = tensor_guards.checker_class()
+    frozen_cls = tensor_guards.frozen_class()
     in_cpp = _cpp_tensors(guard_set, plan) if checker is not None else {}
-    pending: dict[str, tuple[str, TensorSpec]] = {}  # local -> (source, spec), in order
-    checkers: dict[str, Any] = {}  # ___tensorsN -> its TensorChecker
+    frozen = None
+    if frozen_cls is not None:
+        triples = [(c.guard.kind, c.expr, c.needs) for c in checks]
+        frozen = plan_frozen(triples, guard_set.namespace, plan.value, MISSING)
+    plan.release()
+    em = _Emitter(guard_set, in_cpp, checker)
     lines = [f"def {name}(L, G):"]
     if guard_set.tensors:
         lines.append(f"    # tensor checks: {tensor_guards.status()}")
     lines.append("    try:")
+    namespace = dict(guard_set.namespace)
+    frozen_use = None
+    if frozen is None:
+        lines += em.emit(checks, "        ")
+    else:
+        ref = "___frozen0"
+        body, selection = _with_fast_path(em, checks, frozen, ref)
+        namespace[ref] = frozen_cls(*frozen.spec(selection))
+        frozen_use = (ref, selection, frozen.names)
+        lines += body
+    lines.append("    except Exception:  # a value is missing or of another kind")
+    lines.append("        return False")
+    lines.append("    return True")
+    source = "\n".join(lines) + "\n"
+    namespace.update(em.checkers)
+    exec(compile(source, f"<guards {name}>", "exec"), namespace)
+    guards = [c.guard for c in checks]
+    return CompiledGuards(
+        namespace[name], source, guards, namespace, plan, em.defined, checks, frozen_use
+    )
 
-    def add_check(g: Guard) -> None:
+
+def _with_fast_path(
+    em: _Emitter, checks: list[_Check], frozen: FrozenPlan, ref: str
+) -> tuple[list[str], list[str]]:
+    """The function's body with the FrozenReads `ref`, and the locals a call of it answers:
+    the checks that read no frozen local, then the fast path (the per-call checks over the
+    answered values), then the other checks and `remember`."""
+    names = frozen.names
+    first = [c for c in checks if not any(n.name in names for n in c.needs)]
+    later = [(i, c) for i, c in enumerate(checks) if any(n.name in names for n in c.needs)]
+    per_call = [c for i, c in later if i not in frozen.skip and i not in frozen.types]
+    lines = em.emit(first, "        ")
+    fast = _Emitter(em.guard_set, em.in_cpp, em.checker, em.defined, names, em.checkers)
+    fast_lines = fast.emit(per_call, "            ")
+    lines += [
+        f"        # the {len(frozen.reads)} reads below from modules pinned above are those of"
+        f" the last call that passed ({ref}: no dict or class they read has changed since):",
+        f"        # {len(frozen.skip)} checks of what they read hold again, {len(frozen.types)}"
+        f" exact types are checked in C++, the {len(per_call)} others run below",
+        f"        ___cached = {ref}()",
+        "        if ___cached is not None:",
+    ]
+    if fast.selection:
+        lines.append(f"            {', '.join(fast.selection)}, = ___cached")
+    lines += [*fast_lines, "            return True"]
+    lines += em.emit([c for _, c in later], "        ")
+    lines.append(f"        {ref}.remember(")
+    lines.extend(f"            {value}," for value in frozen.remembered())
+    lines.append("        )")
+    return lines, fast.selection
+
+
+def _ordered_checks(guard_set: GuardSet, plan: AccessPlan) -> list[_Check]:
+    """Every guard as the function checks it, in order: the guards a local's short path
+    relies on (`Local.requires`) come before the first check that reads the local."""
+    present = {(g.kind, g.expr) for g in guard_set.guards}
+    defined: set[str] = set()
+    checks: list[_Check] = []
+
+    def add(g: Guard) -> None:
         expr, needs = plan.rewrite(g.expr, g.source)
-        local = in_cpp.get(g.source)
-        spec = guard_set.tensors.get(g.source)
-        in_cpp_now = local is not None and spec is not None and (g.kind, g.expr) in spec.guards
-        if any(n.name in pending and n.name != (local if in_cpp_now else None) for n in needs):
-            flush()
-        define(needs, g.user_line)
-        checks.append(_Check(g, expr, plan.rewrite(g.source, g.source)[0], needs))
-        where = (
-            f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
-        )
-        lines.append(f"        # {g.description}{where}")
-        if in_cpp_now:
-            assert local is not None and spec is not None
-            pending[local] = (g.source, spec)
-            lines.append(f"        # [C++ ___tensors{len(checkers)}] {expr}")
-            return
-        lines.append(f"        if not ({expr}):")
-        lines.append("            return False")
-
-    def define(needs: list[Local], line: SourceLine | None) -> None:
         for local in needs:
             if local.name in defined:
                 continue
             for req in local.requires:
                 if (req.kind, req.expr) not in present:
                     present.add((req.kind, req.expr))
-                    add_check(replace(req, user_line=line))
-            lines.append(f"        {local.name} = {local.expr}")
+                    add(replace(req, user_line=g.user_line))
             defined.add(local.name)
-
-    def flush() -> None:
-        """The call that checks the pending tensors."""
-        if not pending:
-            return
-        assert checker is not None
-        ref = f"___tensors{len(checkers)}"
-        specs = tuple(spec.as_tuple() for _, spec in pending.values())
-        checkers[ref] = checker(specs, tensor_guards.CHECKED_TYPES)
-        lines.append(
-            f"        # the {len(pending)} tensors marked [C++ {ref}] above: exact type, dtype,"
-            " device, shape, strides, requires_grad"
-        )
-        lines.append(f"        if not {ref}(")
-        lines.extend(f"            {local}," for local in pending)
-        lines.append("        ):")
-        lines.append("            return False")
-        pending.clear()
+        checks.append(_Check(g, expr, plan.rewrite(g.source, g.source)[0], needs))
 
     for g in guard_set.guards:
-        add_check(g)
-    flush()
-    plan.release()
-    lines.append("    except Exception:  # a value is missing or of another kind")
-    lines.append("        return False")
-    lines.append("    return True")
-    source = "\n".join(lines) + "\n"
-    namespace = {**guard_set.namespace, **checkers}
-    exec(compile(source, f"<guards {name}>", "exec"), namespace)
-    guards = [c.guard for c in checks]
-    return CompiledGuards(namespace[name], source, guards, namespace, plan, defined, checks)
+        add(g)
+    return checks
+
+
+class _Emitter:
+    """Writes checks as lines of a guard function, each local read just before its first
+    use; `cached` locals come from `FrozenReads` instead (those used are in `selection`)."""
+
+    def __init__(
+        self,
+        guard_set: GuardSet,
+        in_cpp: dict[str, str],
+        checker: type | None,
+        defined: set[str] = frozenset(),
+        cached: set[str] = frozenset(),
+        checkers: dict[str, Any] | None = None,
+    ):
+        self.guard_set = guard_set
+        self.in_cpp = in_cpp
+        self.checker = checker
+        self.defined = set(defined)
+        self.cached = cached
+        self.selection: list[str] = []
+        self.checkers = checkers if checkers is not None else {}  # ___tensorsN -> TensorChecker
+        self.pending: dict[str, tuple[str, TensorSpec]] = {}  # local -> (source, spec), in order
+        self.lines: list[str] = []
+        self.indent = ""
+
+    def emit(self, checks: list[_Check], indent: str) -> list[str]:
+        self.lines, self.indent = [], indent
+        for c in checks:
+            self.check(c)
+        self.flush()
+        return self.lines
+
+    def check(self, c: _Check) -> None:
+        g, ind = c.guard, self.indent
+        local = self.in_cpp.get(g.source)
+        spec = self.guard_set.tensors.get(g.source)
+        in_cpp_now = local is not None and spec is not None and (g.kind, g.expr) in spec.guards
+        if any(
+            n.name in self.pending and n.name != (local if in_cpp_now else None) for n in c.needs
+        ):
+            self.flush()
+        self.define(c.needs)
+        where = (
+            f"  ({g.user_line.filename}:{g.user_line.lineno})" if g.user_line is not None else ""
+        )
+        self.lines.append(f"{ind}# {g.description}{where}")
+        if in_cpp_now:
+            assert local is not None and spec is not None
+            self.pending[local] = (g.source, spec)
+            self.lines.append(f"{ind}# [C++ ___tensors{len(self.checkers)}] {c.expr}")
+            return
+        self.lines.append(f"{ind}if not ({c.expr}):")
+        self.lines.append(f"{ind}    return False")
+
+    def define(self, needs: list[Local]) -> None:
+        for local in needs:
+            if local.name in self.defined:
+                continue
+            self.defined.add(local.name)
+            if local.name in self.cached:
+                self.selection.append(local.name)
+            else:
+                self.lines.append(f"{self.indent}{local.name} = {local.expr}")
+
+    def flush(self) -> None:
+        """The call that checks the pending tensors."""
+        if not self.pending:
+            return
+        from compiler.runtime import tensor_guards
+
+        assert self.checker is not None
+        ind, ref = self.indent, f"___tensors{len(self.checkers)}"
+        specs = tuple(spec.as_tuple() for _, spec in self.pending.values())
+        self.checkers[ref] = self.checker(specs, tensor_guards.CHECKED_TYPES)
+        self.lines.append(
+            f"{ind}# the {len(self.pending)} tensors marked [C++ {ref}] above: exact type, dtype,"
+            " device, shape, strides, requires_grad"
+        )
+        self.lines.append(f"{ind}if not {ref}(")
+        self.lines.extend(f"{ind}    {local}," for local in self.pending)
+        self.lines.append(f"{ind}):")
+        self.lines.append(f"{ind}    return False")
+        self.pending.clear()
 
 
 def _cpp_tensors(guard_set: GuardSet, plan: AccessPlan) -> dict[str, str]:

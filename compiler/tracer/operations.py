@@ -174,6 +174,11 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     mod = mod_var.value
     src = mod_var.source
     d = mod.__dict__
+    attr = inspect.getattr_static(type(mod), name, _MISSING)
+    if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
+        # a data descriptor of the class (a property) comes before the instance and, as
+        # nn.Module.__getattr__ is only the fallback, before the module's tables
+        return _class_attr(tx, mod_var, type(mod), name, attr)
     for store in ("_parameters", "_buffers", "_modules"):
         table = d.get(store)
         if table is not None and name in table:
@@ -182,7 +187,6 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
             return _attr_value(tx, table[name], src, name)
     if name in d:
         return _attr_value(tx, d[name], src, name)
-    attr = inspect.getattr_static(type(mod), name, _MISSING)
     if attr is _MISSING:
         raise Break(f"{type(mod).__name__} has no attribute {name!r}")
     if name in MODULE_METHODS and attr is getattr(torch.nn.Module, name) and src is not None:

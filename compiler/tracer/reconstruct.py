@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from compiler.tracer.access import Local
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.guards import CompiledGuards
 from compiler.tracer.objects import AttrWrites, mapping_base
@@ -259,10 +260,15 @@ def compile_fetch(
     sources: list[str], namespace: dict[str, Any], guards: CompiledGuards
 ) -> tuple[Callable, str]:
     """`fetch(L, G)`: the graph's inputs, each prefix of their sources read once, through the
-    locals the guard function defined (their short paths are guarded there)."""
+    locals the guard function defined (their short paths are guarded there).
+
+    Where the guard function has a FrozenReads that answers every frozen local the sources
+    read (a module's parameters and buffers), a call takes them from it instead, when it
+    answers (no dict or class they were read through changed since the guard's call)."""
     lines: list[str] = []
     defined: set[str] = set()
     values = []
+    needed: list[Local] = []
     for src in sources:
         expr, needs = guards.access.rewrite(src, src)
         if any(local.name not in guards.defined for local in needs):
@@ -271,13 +277,30 @@ def compile_fetch(
         for local in needs:
             if local.name not in defined:
                 defined.add(local.name)
+                needed.append(local)
                 lines.append(f"    {local.name} = {local.expr}")
         values.append(expr)
-    source = (
-        "def fetch(L, G):\n"
-        + "".join(line + "\n" for line in lines)
-        + f"    return [{', '.join(values)}]\n"
-    )
+    result = f"return [{', '.join(values)}]"
+    body = [*lines, f"    {result}"]
+    if guards.frozen is not None:
+        ref, selection, frozen = guards.frozen
+        if any(local.name in frozen for local in needed) and all(
+            local.name in selection for local in needed if local.name in frozen
+        ):
+            reads = [
+                f"        {local.name} = {local.expr}"
+                for local in needed
+                if local.name not in frozen
+            ]
+            body = [
+                f"    ___cached = {ref}()  # the guard function's frozen reads, where unchanged",
+                "    if ___cached is not None:",
+                f"        {', '.join(selection)}, = ___cached",
+                *reads,
+                f"        {result}",
+                *body,
+            ]
+    source = "def fetch(L, G):\n" + "".join(line + "\n" for line in body)
     ns = dict(namespace)
     exec(compile(source, "<fetch>", "exec"), ns)
     return ns["fetch"], source

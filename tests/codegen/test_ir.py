@@ -1,6 +1,8 @@
 """The loop IR on its own: index algebra, the reference interpreter, the scheduler's fusion
 decisions and loop-dimension merging."""
 
+import pickle
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from compiler.ir.index import (
     unflatten,
 )
 from compiler.ir.interpret import run_graph
+from compiler.ir.nodes import Constant, Load, Op, iter_values, loads
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import lower
 from compiler.scheduler.fusion import schedule
@@ -61,6 +64,43 @@ def test_split_of_a_split_loop_folds_back():
     address = (Index.of(m) // 1024) * 65536 + (hw // 32) * 2048 + (hw % 32) * 64
     assert address == Index.of(m) * 64
     assert (hw // 32) == (Index.of(m) // 32) % 32
+
+
+def test_adding_a_constant_keeps_the_canonical_form():
+    # the shortcut for constants must give what re-simplifying all terms gives
+    a, b = Var("a", 5), Var("b", 7)
+    flat = Index.of(a) * 7 + b
+    for e in (flat, flat // 3, (flat % 10) // 2, flat % 4 + flat // 4, Index()):
+        for k in (-3, 0, 5):
+            slow = Index._build(dict(e.terms), e.const + k)
+            assert e + k == slow and k + e == slow and e + Index.of(k) == slow
+            assert Index.of(k) + e == slow and e - (-k) == slow
+
+
+def test_index_hashes_are_kept_per_process():
+    a, b = Var("a", 5), Var("b", 7)
+    e = ((Index.of(a) * 7 + b) % 10) // 2
+    same = ((Index.of(a) * 7 + b) % 10) // 2
+    assert e == same and hash(e) == hash(same)
+    # a pickled index carries no hash memo (string hashes differ between processes)
+    copy = pickle.loads(pickle.dumps(e))
+    assert copy == e and "_hash" not in copy.__dict__ and hash(copy) == hash(e)
+
+
+def test_walks_of_a_value_are_kept_on_it():
+    i = Var("i0", 4)
+    x = Load("x", (Index.of(i),), torch.float32)
+    y = Load("y", (Index.of(i),), torch.float32, mask=Op("lt", (x, x), torch.bool))
+    shared = Op("sin", (x,), torch.float32)
+    body = Op("add", (Op("mul", (shared, y), torch.float32), shared), torch.float32)
+    walk = iter_values(body)
+    assert walk[-1] is body and len({id(v) for v in walk}) == len(walk) == 6
+    assert [type(v).__name__ for v in walk] == ["Load", "Op", "Op", "Load", "Op", "Op"]
+    assert iter_values(body) == walk and loads(body) == (x, y) and loads(y) == (x, y)
+    assert loads(Constant(1.0, torch.float32)) == ()
+    # kept below the value only: a body never refers to itself (no reference cycles)
+    assert all(body not in v.__dict__.get("_below", ()) for v in walk)
+    assert y not in y.__dict__["_loads"]
 
 
 def _graph(fn, *inputs):

@@ -16,21 +16,30 @@ def fresh_compiler():
 
 
 @pytest.fixture(scope="session")
-def tensor_checker(tmp_path_factory):
-    """The C++ extension's TensorChecker, built once per session into a folder of its own."""
+def tensor_guard_module(tmp_path_factory):
+    """The C++ extension, built once per session into a folder of its own."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tensor-guards"))
         try:
             lib = tensor_guards.build()
         except cpp_build.CppCompileError as e:
             pytest.skip(f"the tensor guard extension cannot be built here: {e}")
-        return tensor_guards.load_library(lib).TensorChecker
+        return tensor_guards.load_library(lib)
+
+
+@pytest.fixture(scope="session")
+def tensor_checker(tensor_guard_module):
+    return tensor_guard_module.TensorChecker
 
 
 @pytest.fixture(params=["cpp", "python"])
 def guard_path(request, monkeypatch):
-    """Tensor guards checked by the C++ extension, or all in Python as without it: tests
-    that use this run once each way."""
-    checker = request.getfixturevalue("tensor_checker") if request.param == "cpp" else None
+    """Tensor guards checked by the C++ extension (with its `FrozenReads` where this Python
+    has dict versions), or all in Python as without it: tests that use this run once each
+    way."""
+    module = request.getfixturevalue("tensor_guard_module") if request.param == "cpp" else None
+    checker = module.TensorChecker if module is not None else None
+    frozen = module.FrozenReads if module is not None and module.DICT_VERSIONS else None
     monkeypatch.setattr(tensor_guards, "checker_class", lambda: checker)
+    monkeypatch.setattr(tensor_guards, "frozen_class", lambda: frozen)
     return request.param

@@ -31,22 +31,31 @@ def guard_source(mod, *args):
     return compiler.inspect(cmod).functions[0].entries[0].guard_source
 
 
-def test_nested_sequential_reads_each_prefix_once():
+def test_nested_sequential_reads_each_prefix_once(guard_path):
     net = nn.Sequential(nn.Sequential(Scale(2.0), Scale(3.0)), nn.ReLU())
     source = guard_source(net, torch.randn(2))
-    assignments = [line.strip() for line in source.splitlines() if re.match(r"\s+\w+ = ", line)]
-    assert assignments == [
-        "L_self = L['self']",
-        "L_self_0 = L_self._modules['0']",
-        "L_self_1 = L_self._modules['1']",
-        "L_input = L['input']",
-        "L_self_0_0 = L_self_0._modules['0']",
-        "L_self_0_1 = L_self_0._modules['1']",
-        "L_self_0_0_k = L_self_0_0._buffers['k']",
-        "L_self_0_1_k = L_self_0_1._buffers['k']",
-        "globals2_F = ___globals2['F']",
-        "L_self_1_inplace = L_self_1.inplace",
+    # the full path (a call that finds the FrozenReads' dicts unchanged reads none of these)
+    assignments = [
+        line.strip()
+        for line in source.splitlines()
+        if re.match(r"        \w+ = ", line) and "___cached" not in line
     ]
+    assert not re.findall(r"^            \w+ = ", source, flags=re.M)
+    assert len(set(assignments)) == len(assignments)
+    assert sorted(assignments) == sorted(
+        [
+            "L_self = L['self']",
+            "L_self_0 = L_self._modules['0']",
+            "L_self_1 = L_self._modules['1']",
+            "L_input = L['input']",
+            "L_self_0_0 = L_self_0._modules['0']",
+            "L_self_0_1 = L_self_0._modules['1']",
+            "L_self_0_0_k = L_self_0_0._buffers['k']",
+            "L_self_0_1_k = L_self_0_1._buffers['k']",
+            "globals2_F = ___globals2['F']",
+            "L_self_1_inplace = L_self_1.inplace",
+        ]
+    )
     # every check reads locals: no chain is walked again from L
     checks = [line for line in source.splitlines() if line.strip().startswith("if not")]
     assert not [c for c in checks if "L[" in c or "][" in c], checks
@@ -85,12 +94,28 @@ CPP_TENSOR_CHECKS = (
     "        # [C++ ___tensors] L_self_0_k.stride() == (1,)\n"
     "        # L['self'][0].k.requires_grad is False\n"
     "        # [C++ ___tensors] L_self_0_k.requires_grad is False\n"
-    "        # the 2 tensors marked [C++ ___tensors] above: exact type, dtype, device, shape, strides, requires_grad\n"
+    "        # the 1 tensors marked [C++ ___tensors] above: exact type, dtype, device, shape, strides, requires_grad\n"
     "        if not ___tensors(\n"
-    "            L_input,\n"
     "            L_self_0_k,\n"
     "        ):\n"
     "            return False\n"
+)
+# with C++ guards, a call that finds the reads from L['self'] unchanged checks only the tensor
+CPP_FAST_PATH = (
+    "        ___cached = ___frozen()\n"
+    "        if ___cached is not None:\n"
+    "            L_self_0, L_self_0_k, = ___cached\n"
+    + "".join("    " + line + "\n" for line in CPP_TENSOR_CHECKS.splitlines())
+    + "            return True\n"
+)
+CPP_REMEMBER = (
+    "        ___frozen.remember(\n"
+    "            L_self,\n"
+    "            L_self._modules,\n"
+    "            L_self_0,\n"
+    "            L_self_0._buffers,\n"
+    "            L_self_0_k,\n"
+    "        )\n"
 )
 
 
@@ -105,7 +130,9 @@ def test_guard_function_text_for_one_child(guard_path):
         "        if not (type(L_self_0) is ___type):\n"
         "            return False\n"
         "        L_self_0_k = L_self_0._buffers['k']\n"
-    ) + (CPP_TENSOR_CHECKS if guard_path == "cpp" else PYTHON_TENSOR_CHECKS)
+    ) + (CPP_TENSOR_CHECKS + CPP_REMEMBER if guard_path == "cpp" else PYTHON_TENSOR_CHECKS)
+    if guard_path == "cpp":
+        assert CPP_FAST_PATH in source
     path = "C++ (the tensor_guards extension" if guard_path == "cpp" else "Python (the C++"
     assert f"    # tensor checks: {path}" in source
 

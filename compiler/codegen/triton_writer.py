@@ -299,10 +299,8 @@ class KernelWriter:
         elif o == "abs" and dt == torch.bool:
             text = texts[0]
         elif o == "rsqrt" and dt == torch.float64:
-            # tl.rsqrt is PTX's rsqrt.approx, which in float64 reads only the high 32 bits of
-            # its input: ~1e-7 relative error, which took float64 batch norms (the train steps
-            # of mobilenet_v3_large and levit_128s on the H100) that far from eager's. PTX has
-            # no approximate float64 square root or division, so these two round correctly.
+            # tl.rsqrt is PTX's rsqrt.approx; eager's float64 kernels compute a correctly
+            # rounded 1/sqrt, and PTX has no approximate float64 square root or division
             text = f"1.0 / tl.sqrt({texts[0]})"
         elif o in _CALL:
             fn = _CALL[o]

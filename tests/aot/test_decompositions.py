@@ -76,24 +76,31 @@ def test_batch_norm_matches_the_reference(shape, training, affine, dtype):
     weight, bias = (torch.randn(channels, dtype=dtype) if affine else None for _ in range(2))
     stats = [torch.randn(channels, dtype=dtype), torch.rand(channels, dtype=dtype) + 0.5]
     stats_ref = [s.clone() for s in stats]
+    # Ours follows the pinned torch's (2.14.1) arithmetic. Torch before 2.14 (the lent GPU
+    # machine's 2.11) computes eval's 1/sqrt(var + eps) with a division instead of rsqrt:
+    # against that reference, eval mode agrees to rounding only.
+    exact = training or torch.__version__ >= (2, 14)
     actual = forward(x, weight, bias, *stats, training, 0.1, 1e-5)
     expected = forward.args[0](x, weight, bias, *stats_ref, training, 0.1, 1e-5)
-    _assert_same(actual, expected)
-    _assert_same(stats, stats_ref)
+    _assert_same(actual, expected, exact)
+    _assert_same(stats, stats_ref, exact)
     grad = torch.randn(shape, dtype=dtype)
     saved = actual[1:] if training else stats
     mask = [True, affine, affine]
     actual = backward(grad, x, weight, *stats, *saved, training, 1e-5, mask)
     expected = backward.args[0](grad, x, weight, *stats, *saved, training, 1e-5, mask)
-    _assert_same(actual, expected)
+    _assert_same(actual, expected, exact)
 
 
-def _assert_same(actual, expected) -> None:
+def _assert_same(actual, expected, exact: bool = True) -> None:
     for a, e in zip(actual, expected, strict=True):
         assert (a is None) == (e is None)
         if a is not None:
             assert a.dtype == e.dtype and a.shape == e.shape and a.stride() == e.stride()
-            assert torch.equal(a, e)
+            if exact:
+                assert torch.equal(a, e)
+            else:
+                torch.testing.assert_close(a, e)
 
 
 def test_batch_norm_broadcasts_with_one_view_per_vector():

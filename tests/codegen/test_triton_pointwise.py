@@ -177,8 +177,8 @@ def test_large_broadcast_chain_has_one_kernel():
 
 
 def test_float64_rsqrt_is_correctly_rounded():
-    # On a GPU tl.rsqrt is PTX's rsqrt.approx, ~1e-7 off in float64 (the interpreter computes
-    # it exactly, so the source is what is checked here).
+    # On a GPU tl.rsqrt is PTX's rsqrt.approx, not correctly rounded in float64 (the
+    # interpreter computes it exactly, so the source is what is checked here).
     def fn(x):
         return (torch.rsqrt(x.abs() + 1),)
 

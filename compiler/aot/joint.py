@@ -41,7 +41,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten
 
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
-from compiler.aot.trace import AotGraph, source_line_of, trace_forward
+from compiler.aot.trace import AotGraph, origins_of, source_line_of, trace_forward
 
 
 class JointError(RuntimeError):
@@ -125,7 +125,7 @@ def trace_joint(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Joi
     _name_placeholders(joint, gm, len(tangents))  # before remove_mutations regenerates code
     functional = remove_mutations(joint, table)
     if functional is not None:
-        aot = AotGraph(functional, _origins(functional, gm), lines)
+        aot = AotGraph(functional, origins_of(functional, gm), lines)
     else:  # functionalize's re-trace, which cannot take the decompositions' prims ops
         joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad, None)
         retraced = trace_forward(joint, [*inputs, *tangents], training=True, rename_mutations=False)
@@ -369,18 +369,6 @@ class _OriginInterpreter(torch.fx.Interpreter):
         if n.op != "placeholder":
             self.origins.claim(result, n)
         return result
-
-
-def _origins(joint: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[str, tuple[str, ...]]:
-    """aten node -> the user FX nodes it came from (their names in `from_node`)."""
-    user_nodes = {n.name for n in gm.graph.nodes}
-    origins = {}
-    for node in joint.graph.nodes:
-        names = dict.fromkeys(
-            getattr(src, "name", str(src)) for src in node.meta.get("from_node", ())
-        )
-        origins[node.name] = tuple(n for n in names if n in user_nodes)
-    return origins
 
 
 def _compose_origins(

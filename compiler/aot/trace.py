@@ -76,6 +76,11 @@ def trace_forward(
             aten_gm.recompile()
 
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
+    return AotGraph(aten_gm, origins_of(aten_gm, gm), lines)
+
+
+def origins_of(aten_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[str, tuple]:
+    """aten node -> the user FX nodes of `gm` it came from (their names in `from_node`)."""
     user_nodes = {n.name for n in gm.graph.nodes}
     origins = {}
     for node in aten_gm.graph.nodes:
@@ -83,7 +88,7 @@ def trace_forward(
             getattr(src, "name", str(src)) for src in node.meta.get("from_node", ())
         )
         origins[node.name] = tuple(n for n in names if n in user_nodes)
-    return AotGraph(aten_gm, origins, lines)
+    return origins
 
 
 def _trace(fn, table: dict, example_inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:

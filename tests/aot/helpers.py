@@ -8,9 +8,11 @@ import copy
 from typing import Any, Callable
 
 import torch
+import torch.fx
 
 import compiler
-from compiler.records import CompiledReport
+from compiler.codegen.compile_fx import compile_fx
+from compiler.records import CompiledReport, GraphRecord, compiling_graph
 
 Batch = Callable[[], tuple]
 
@@ -82,3 +84,12 @@ def train_and_compare(
 def training_graphs(report: CompiledReport) -> list:
     """The report's graphs that were compiled with a backward."""
     return [g for g in report.graphs if g.partition is not None]
+
+
+def compile_graph(fn: Callable, *inputs: Any) -> tuple[Callable, GraphRecord]:
+    """`fn` symbolically traced and compiled by compile_fx for `inputs`, with its record."""
+    gm = torch.fx.symbolic_trace(fn)
+    record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
+    with compiling_graph(record):
+        compiled = compile_fx(gm, list(inputs))
+    return compiled, record

@@ -13,8 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from compiler.aot import joint, trace
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
-from compiler.codegen.compile_fx import compile_fx
-from compiler.records import GraphRecord, compiling_graph
+from tests.aot.helpers import compile_graph
 
 aten = torch.ops.aten
 
@@ -148,14 +147,6 @@ def test_views_taken_before_or_after_but_not_across_a_write():
         assert torch.equal(actual, expected)
 
 
-def _compile(fn, *inputs):
-    gm = torch.fx.symbolic_trace(fn)
-    record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
-    with compiling_graph(record):
-        compiled = compile_fx(gm, list(inputs))
-    return compiled, record
-
-
 def _grads(fn, inputs):
     copies = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
     out = fn(*copies)
@@ -176,7 +167,7 @@ def test_training_graph_with_a_view_written_in_place_matches_eager(monkeypatch):
         return h * w.sum()
 
     inputs = [torch.randn(4, 3), torch.randn(3, 5).requires_grad_()]
-    compiled, record = _compile(fn, *inputs)
+    compiled, record = compile_graph(fn, *inputs)
     got, got_grads = _grads(compiled, inputs)
     assert calls == [None] and record.partition is not None  # compiled, through the re-trace
     expected, grads = _grads(fn, inputs)
@@ -198,7 +189,7 @@ def test_training_graph_with_in_place_relu_skips_the_retrace(monkeypatch):
         return h * 2
 
     inputs = [torch.randn(4, 3), torch.randn(3, 5).requires_grad_()]
-    compiled, record = _compile(fn, *inputs)
+    compiled, record = compile_graph(fn, *inputs)
     got, got_grads = _grads(compiled, inputs)
     assert not retraces and record.partition is not None
     expected, grads = _grads(fn, inputs)

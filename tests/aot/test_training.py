@@ -11,9 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler.codegen.compile_fx import compile_fx
-from compiler.records import GraphRecord, compiling_graph
-from tests.aot.helpers import train_and_compare, training_graphs
+from tests.aot.helpers import compile_graph, train_and_compare, training_graphs
 
 
 def _mlp() -> torch.nn.Module:
@@ -147,14 +145,6 @@ def test_mlp_through_interpreted_triton(monkeypatch):
 # ---- the autograd wrapper's edge cases, through compile_fx ------------------------------
 
 
-def _compile(fn, *inputs):
-    gm = torch.fx.symbolic_trace(fn)
-    record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
-    with compiling_graph(record):
-        compiled = compile_fx(gm, list(inputs))
-    return compiled, record
-
-
 def _leaf(*shape):
     return torch.randn(*shape).requires_grad_()
 
@@ -167,7 +157,7 @@ def _grads(fn, inputs, backward):
 
 
 def _check(fn, inputs, backward, compiled=None):
-    compiled = compiled or _compile(fn, *inputs)[0]
+    compiled = compiled or compile_graph(fn, *inputs)[0]
     expected, e_grads = _grads(fn, inputs, backward)
     got, c_grads = _grads(compiled, inputs, backward)
     torch.testing.assert_close(got, expected)
@@ -181,7 +171,7 @@ def test_outputs_without_grad_and_unused_outputs():
         return y.sin(), y.detach() * 2, y.argmax(1), y.cos()
 
     x, w = torch.randn(4, 3), _leaf(3, 5)
-    compiled, _ = _compile(fn, x, w)
+    compiled, _ = compile_graph(fn, x, w)
     out = compiled(x, w)
     assert out[0].requires_grad and out[3].requires_grad
     assert not out[1].requires_grad and not out[2].requires_grad
@@ -204,7 +194,7 @@ def test_retain_graph_and_second_backward():
         return x.sin() * x
 
     x = _leaf(5)
-    compiled, _ = _compile(fn, x)
+    compiled, _ = compile_graph(fn, x)
     out = compiled(x)
     out.sum().backward(retain_graph=True)
     out.sum().backward()
@@ -217,7 +207,7 @@ def test_retain_graph_and_second_backward():
 
 def test_double_backward_is_a_clear_error():
     x = _leaf(5)
-    compiled, _ = _compile(lambda x: x.pow(3), x)
+    compiled, _ = compile_graph(lambda x: x.pow(3), x)
     with pytest.raises(RuntimeError, match="double backward through a compiled training graph"):
         torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
 
@@ -227,7 +217,7 @@ def test_outputs_aliasing_inputs_stay_views_of_them():
         return x.view(-1), (x * w).sum(), w[1:], x
 
     x, w = _leaf(2, 3), _leaf(2, 3)
-    compiled, record = _compile(fn, x, w)
+    compiled, record = compile_graph(fn, x, w)
     assert record.partition is not None  # compiled, the views recreated outside the graph
     flat, total, tail, same = compiled(x, w)
     assert flat._base is x and tail._base is w and same is x
@@ -262,7 +252,7 @@ def test_outputs_that_are_views_of_other_outputs_stay_views():
         return h, h.view(-1), h.t()[1], h
 
     x, w = _leaf(2, 3), _leaf(2, 3)
-    compiled, record = _compile(fn, x, w)
+    compiled, record = compile_graph(fn, x, w)
     assert record.partition is not None
     h, flat, col, same = compiled(x, w)
     assert flat._base is h and col._base is h and same is h
@@ -279,7 +269,7 @@ def test_outputs_sharing_memory_nobody_holds_run_eagerly_with_note():
         return h[0], h[1]
 
     x, w = _leaf(2, 3), _leaf(2, 3)
-    compiled, record = _compile(fn, x, w)
+    compiled, record = compile_graph(fn, x, w)
     assert any("share memory" in n for n in record.notes)
     _check(fn, [x, w], lambda out: (out[0].sum() + out[1].square().sum()).backward(), compiled)
 
@@ -295,7 +285,7 @@ def test_outputs_that_are_views_can_be_modified_in_place():
         a.mul_(2)  # eager allows it: the view's base is an intermediate
         (a * a).sum().backward()
 
-    compiled, record = _compile(fn, x, w)
+    compiled, record = compile_graph(fn, x, w)
     assert not any("eagerly" in n for n in record.notes)
     _check(fn, [x, w], backward, compiled)
 
@@ -305,7 +295,7 @@ def test_no_grad_call_of_a_training_graph_returns_plain_outputs():
         return (x @ w).tanh()
 
     x, w = torch.randn(2, 3), _leaf(3, 4)
-    compiled, _ = _compile(fn, x, w)
+    compiled, _ = compile_graph(fn, x, w)
     with torch.no_grad():
         out = compiled(x, w)
     assert not out.requires_grad
@@ -331,7 +321,7 @@ def test_symbolically_traced_parameters_get_gradients():
     model = _Affine()
     twin = copy.deepcopy(model)
     x = torch.randn(6, 4)
-    compiled, record = _compile(twin, x)
+    compiled, record = compile_graph(twin, x)
     for _ in range(2):
         model(x).square().sum().backward()
         compiled(x).square().sum().backward()
@@ -344,7 +334,7 @@ def test_symbolically_traced_parameters_get_gradients():
 def test_submodule_calls_with_parameters_run_eagerly_with_note():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     x = torch.randn(2, 4)
-    compiled, record = _compile(model, x)
+    compiled, record = compile_graph(model, x)
     compiled(x).sum().backward()
     assert model[0].weight.grad is not None
     assert any("calls submodule '0' with parameters" in n for n in record.notes)
@@ -357,7 +347,7 @@ def test_backward_needing_an_overwritten_input_runs_eagerly():
         return y
 
     buf, w = torch.randn(3), _leaf(3)
-    compiled, record = _compile(fn, buf.clone(), w)
+    compiled, record = compile_graph(fn, buf.clone(), w)
     assert any("runs eagerly" in n for n in record.notes)
     out = compiled(buf, w)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -385,7 +375,7 @@ def test_backward_compiles_at_the_first_backward():
         return (x @ w).relu().sum()
 
     x, w = torch.randn(4, 3), _leaf(3, 5)
-    compiled, record = _compile(fn, x, w)
+    compiled, record = compile_graph(fn, x, w)
     compiled(x, w)  # a forward with grad on, as an inference call without no_grad is
     assert {k.graph for k in record.kernels} == {"forward"}
     compiled(x, w).backward()

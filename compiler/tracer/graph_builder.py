@@ -14,12 +14,12 @@ import torch.fx
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
-    FakeTensorMode,
     UnsupportedOperatorException,
 )
 
 from compiler.records import ControlRecord, SourceLine
 from compiler.tracer.breaks import Break
+from compiler.tracer.fake_mode import TracerFakeMode
 from compiler.tracer.guards import GuardSet
 from compiler.tracer.shapes import DynamicPolicy, Shapes, is_symbolic
 from compiler.tracer.variables import (
@@ -72,7 +72,7 @@ class GraphBuilder:
         self.graph = torch.fx.Graph()
         self.controls: list[ControlRecord] = []  # the user's controls that shaped the graph
         self.shapes = Shapes(dynamic, self.controls)
-        self.fake_mode = FakeTensorMode(shape_env=self.shapes.env)
+        self.fake_mode = TracerFakeMode(shape_env=self.shapes.env)
         self.guards = guards
         self.inputs: list[TensorVar | SizeInput] = []
         self._input_by_id: dict[int, TensorVar] = {}

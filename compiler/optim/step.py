@@ -227,7 +227,9 @@ def run_step(ctx: CompileContext, call: StepCall, run_function: Callable) -> Any
         opt._opt_called = True  # what the scheduler's wrapper records (lr_scheduler.py)
     if prepared.groups:
         name = f"Optimizer.step#{type(opt).__name__}.step (compiled)"
-        with torch.autograd.profiler.record_function(name), torch.no_grad():
+        # the profiler range torch.optim's step opens, by the C++ context manager: the same
+        # event in a trace, for ~0.4 µs a step instead of record_function's ~6
+        with torch._C._profiler._RecordFunctionFast(name), torch.no_grad():
             run_function(ctx, fn, (prepared.groups,), {})
         _annotate(ctx, fn, [_compiled_note(fn), *prepared.notes])
     return None  # step() returns the closure's loss, and there is no closure

@@ -9,6 +9,13 @@ it (guards, recompiles, cache limit and records as for any function) and runs it
 no_grad, as torch.optim's step runs. Anything else runs torch.optim's own step, and the reason
 is kept in the functional update's function record (`warnings`).
 
+The lists handed over (parameters, optimizer state) are kept per optimizer and handed over
+again at the next step while every object they were built from is the same object
+(`_StepPlan`: the param groups, each group's params list and items, opt.state's entries and
+each state tensor) and the same parameters have gradients; the gradients, the lr and the
+other hyperparameters are read anew, and each parameter and gradient is checked as afresh.
+This is host work a training step pays per parameter (on the H100 such a step is host-bound).
+
 On CUDA the compiled kernels read the step counts, so Adam's `state['step']` tensors must
 live on the parameters' device: as torch.compile does, they are moved there and the param
 group gets `capturable=True`, which keeps eager steps, `state_dict()` and `load_state_dict()`

@@ -3,7 +3,8 @@ pipeline instead of torch.optim's eager update.
 
     support     recognise a step call at a graph break; why a step must run eagerly
     step        create the state torch.optim would create, build the param groups' tensor
-                lists, and run the functional update through the frame evaluator
+                lists (reused while what they came from is unchanged), and run the
+                functional update through the frame evaluator
     functional  the updates themselves (torch.optim's single-tensor algorithms), which the
                 tracer compiles like user code: tracer -> aot -> lowering -> scheduler ->
                 Triton/C++ kernels, one kernel per parameter (the scheduler writes each

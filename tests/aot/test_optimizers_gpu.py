@@ -109,3 +109,28 @@ def test_seed_000_training_step_with_adam_on_cuda(mode):
         assert_state_close(model, comp_model, f"step {k}", atol=1e-4, rtol=1e-4)
     record = step_record(compiler.inspect(train_opt))
     assert record.entries[0].hits == 3 and not record.warnings
+
+
+def test_adam_reused_lists_follow_state_reset_and_new_lr_on_cuda():
+    """The compiled step reuses its lists between steps (compiler/optim/step.py, `_reuse`):
+    a state cleared and a new lr between steps must reach the update on CUDA too."""
+    model = _cnn()
+    comp_model = copy.deepcopy(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    comp_opt = torch.optim.Adam(comp_model.parameters(), lr=1e-2)
+    step = compiler.compile(lambda o: o.step())
+    for k in range(5):
+        x, y = _batch()
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), comp_model.parameters()):
+                q.copy_(p)
+        for mod, o in ((model, opt), (comp_model, comp_opt)):
+            o.zero_grad(True)
+            F.cross_entropy(mod(x), y).backward()
+            if k == 2:
+                o.state.clear()
+            o.param_groups[0]["lr"] = 1e-2 / (k + 1)
+        opt.step()
+        step(comp_opt)
+        assert_state_close(model, comp_model, f"step {k}", **TOL)
+        assert_optimizers_close(opt, comp_opt, f"step {k}", groups=False, **TOL)

@@ -41,6 +41,19 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")
 
 
+def _gradients_at_the_same_weights(model, opt, comp_model, comp_opt) -> None:
+    """One batch's gradients in both models, the compiled side's weights first set to the
+    eager side's: the comparison is of the optimizer steps alone, not of several fp32
+    forward+backward passes apart (which part on their own)."""
+    x, y = _batch()
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), comp_model.parameters()):
+            q.copy_(p)
+    for mod, o in ((model, opt), (comp_model, comp_opt)):
+        o.zero_grad(True)
+        F.cross_entropy(mod(x), y).backward()
+
+
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
 @pytest.mark.parametrize("amsgrad", [False, True], ids=["adam", "amsgrad"])
 def test_adam_step_on_cuda(mode, amsgrad):
@@ -54,15 +67,7 @@ def test_adam_step_on_cuda(mode, amsgrad):
     eager_sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     step = compiler.compile(lambda o: o.step(), mode=mode)
     for k in range(5):
-        x, y = _batch()
-        # The same weights for both forwards: the comparison is of the optimizer steps alone,
-        # not of five fp32 forward+backward passes apart (which part on their own).
-        with torch.no_grad():
-            for p, q in zip(model.parameters(), comp_model.parameters()):
-                q.copy_(p)
-        for mod, o in ((model, opt), (comp_model, comp_opt)):
-            o.zero_grad(True)
-            F.cross_entropy(mod(x), y).backward()
+        _gradients_at_the_same_weights(model, opt, comp_model, comp_opt)
         opt.step()
         step(comp_opt)
         eager_sched.step()
@@ -120,13 +125,8 @@ def test_adam_reused_lists_follow_state_reset_and_new_lr_on_cuda():
     comp_opt = torch.optim.Adam(comp_model.parameters(), lr=1e-2)
     step = compiler.compile(lambda o: o.step())
     for k in range(5):
-        x, y = _batch()
-        with torch.no_grad():
-            for p, q in zip(model.parameters(), comp_model.parameters()):
-                q.copy_(p)
-        for mod, o in ((model, opt), (comp_model, comp_opt)):
-            o.zero_grad(True)
-            F.cross_entropy(mod(x), y).backward()
+        _gradients_at_the_same_weights(model, opt, comp_model, comp_opt)
+        for o in (opt, comp_opt):
             if k == 2:
                 o.state.clear()
             o.param_groups[0]["lr"] = 1e-2 / (k + 1)

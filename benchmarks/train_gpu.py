@@ -37,6 +37,10 @@ import torch  # noqa: E402
 
 import compiler  # noqa: E402
 
+# seed 000's train step, the one the training tests compile (cold_train.py, hostcost.py and
+# profile_train_gpu.py take it from here)
+from tests.aot.helpers import seed_000_train as make_train  # noqa: E402
+
 
 def median_ms(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:
     for _ in range(warmup):
@@ -63,17 +67,6 @@ def fresh_caches(label: str) -> None:
         inductor_config.force_disable_caches = True
     except (ImportError, AttributeError):
         pass
-
-
-def make_train(opt: torch.optim.Optimizer) -> Callable:
-    def train(mod, data):
-        opt.zero_grad(True)
-        pred = mod(data[0])
-        loss = torch.nn.CrossEntropyLoss()(pred, data[1])
-        loss.backward()
-        opt.step()
-
-    return train
 
 
 def grads_error(base: torch.nn.Module, data: tuple, compile_fn: Callable) -> tuple[float, float]:

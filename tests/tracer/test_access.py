@@ -126,8 +126,8 @@ def test_guard_function_text_for_one_child(guard_path):
     start = source.index("        # L['self'][0] is a Scale")
     end = source.index("    except Exception")
     assert source[start:end] == (
-        "        # L['self'][0] is a Scale (its children, parameters and buffers are read from its tables)\n"
-        "        if not (type(L_self_0) is ___type):\n"
+        "        # L['self'][0] is a Scale, no class attribute or __dict__ entry hides 'k' (read from its tables)\n"
+        "        if not (___lookups(L_self_0)):\n"
         "            return False\n"
         "        L_self_0_k = L_self_0._buffers['k']\n"
     ) + (CPP_TENSOR_CHECKS + CPP_REMEMBER if guard_path == "cpp" else PYTHON_TENSOR_CHECKS)
@@ -180,11 +180,11 @@ class WithProperty(nn.Module):
 @pytest.mark.parametrize(
     "module, source, expected",
     [
-        (nn.Linear(2, 2), "L['m'].weight", ("L_m._parameters['weight']", ["TYPE_MATCH"])),
+        (nn.Linear(2, 2), "L['m'].weight", ("L_m._parameters['weight']", ["CLASS_LOOKUPS"])),
         (
             nn.BatchNorm1d(2),
             "L['m'].running_mean",
-            ("L_m._buffers['running_mean']", ["TYPE_MATCH"]),
+            ("L_m._buffers['running_mean']", ["CLASS_LOOKUPS"]),
         ),
         (nn.BatchNorm1d(2), "L['m'].training", ("L_m.training", [])),  # in __dict__ already
         (WithGetattr(), "L['m'].lin", ("L_m.lin", [])),  # its own __getattr__
@@ -192,19 +192,19 @@ class WithProperty(nn.Module):
         (
             nn.Sequential(nn.ReLU(), nn.Tanh()),
             "L['m'][1]",
-            ("L_m._modules['1']", ["TYPE_MATCH", "DICT_KEYS"]),
+            ("L_m._modules['1']", ["CLASS_LOOKUPS", "DICT_KEYS"]),
         ),
         (
             nn.Sequential(nn.ReLU(), nn.Tanh()),
             "L['m'][-2]",
-            ("L_m._modules['0']", ["TYPE_MATCH", "DICT_KEYS"]),
+            ("L_m._modules['0']", ["CLASS_LOOKUPS", "DICT_KEYS"]),
         ),
         (
             nn.ModuleList([nn.ReLU(), nn.Tanh()]),
             "L['m'][-1]",
-            ("L_m._modules['1']", ["TYPE_MATCH", "DICT_KEYS"]),
+            ("L_m._modules['1']", ["CLASS_LOOKUPS", "DICT_KEYS"]),
         ),
-        (nn.ModuleDict({"a": nn.ReLU()}), "L['m']['a']", ("L_m._modules['a']", ["TYPE_MATCH"])),
+        (nn.ModuleDict({"a": nn.ReLU()}), "L['m']['a']", ("L_m._modules['a']", ["CLASS_LOOKUPS"])),
         (nn.Sequential(nn.ReLU()), "L['m'][5]", ("L_m[5]", [])),  # out of range: Python's error
         ([nn.ReLU()], "L['m'][0]", ("L_m[0]", [])),  # not a module
     ],

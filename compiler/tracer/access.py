@@ -38,7 +38,7 @@ from typing import Any, Callable
 import torch
 
 from compiler.records import Guard
-from compiler.tracer.lookups import class_lookups
+from compiler.tracer.lookups import ClassAttributes, class_lookups
 
 _MISSING = object()
 MISSING = _MISSING  # a value that could not be read
@@ -97,7 +97,8 @@ class AccessPlan:
         # after its own source is taken out, the guard reads another source too.
         self._other_chain = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(roots))) + r")\b")
         self._locals: dict[Key, Local] = {}
-        self._lookup_guards: dict[str, Guard] = {}  # a module's local -> its lookups guard
+        self._lookup_guards: dict[str, list[Guard]] = {}  # a module's local -> its guards
+        self._class_attributes: dict[type, ClassAttributes] = {}  # without the C++ extension
         self._values: dict[str, Any] = {}
         self._used_names: set[str] = set()
         self._rewritten: dict[tuple[str, str | None], tuple[str, list[Local]]] = {}
@@ -239,7 +240,7 @@ class AccessPlan:
                 return None
             for table in _TABLES:
                 if part in value.__dict__.get(table, ()):
-                    requires.append(self._lookups_guard(base, base_key, value))
+                    requires.extend(self._lookups_guard(base, base_key, value))
                     return f"{base.name}.{table}[{part!r}]"
             return None
         if step != "[]":
@@ -252,7 +253,7 @@ class AccessPlan:
         if isinstance(index, str):
             if getitem is not torch.nn.ModuleDict.__getitem__ or index not in modules:
                 return None
-            requires.append(self._lookups_guard(base, base_key, value))
+            requires.extend(self._lookups_guard(base, base_key, value))
             return f"{base.name}._modules[{index!r}]"
         keys = list(modules)
         if not -len(keys) <= index < len(keys):
@@ -271,7 +272,7 @@ class AccessPlan:
                 return None
         else:
             return None
-        requires.append(self._lookups_guard(base, base_key, value))
+        requires.extend(self._lookups_guard(base, base_key, value))
         requires.append(
             Guard(
                 "DICT_KEYS",
@@ -282,11 +283,13 @@ class AccessPlan:
         )
         return f"{base.name}._modules[{child_key!r}]"
 
-    def _lookups_guard(self, base: Local, base_key: Key, value: torch.nn.Module) -> Guard:
-        """The guard every short path from `base` relies on: its exact type, and attribute
+    def _lookups_guard(self, base: Local, base_key: Key, value: torch.nn.Module) -> list[Guard]:
+        """The guards every short path from `base` relies on: its exact type, and attribute
         lookup on it still ending in the tables for each name read from them (no class
         attribute, property or `__dict__` entry of that name since), through the same
-        `__getattr__`, `__getattribute__` (and `__getitem__`, `__len__` where it is indexed)."""
+        `__getattr__`, `__getattribute__` (and `__getitem__`, `__len__` where it is indexed).
+        With the C++ extension one `ClassLookups` call checks it all; in Python the class's
+        lookups are one check per class, the type and `__dict__` one per module."""
         found = self._lookup_guards.get(base.name)
         if found is not None:
             return found
@@ -304,21 +307,44 @@ class AccessPlan:
         special = ("__getattr__", "__getattribute__", *_TABLES)
         if any(step == "[]" for step, _ in steps):
             special += ("__getitem__", "__len__")
-        check = class_lookups(cls, special + names, names)
-        ref = self.ref(check, "lookups")
         if names:
             shown = ", ".join(map(repr, names))
             why = f"no class attribute or __dict__ entry hides {shown} (read from its tables)"
         else:
             why = "with the __getitem__ and __len__ it was traced with"
-        guard = Guard(
-            "CLASS_LOOKUPS",
-            base.source,
-            f"{ref}({base.source})",
-            f"{base.source} is a {cls.__name__}, {why}",
-        )
-        self._lookup_guards[base.name] = guard
-        return guard
+        src = base.source
+        check = class_lookups(cls, special + names, names)
+        if check is not None:
+            guards = [
+                Guard(
+                    "CLASS_LOOKUPS",
+                    src,
+                    f"{self.ref(check, 'lookups')}({src})",
+                    f"{src} is a {cls.__name__}, {why}",
+                )
+            ]
+        else:
+            attributes = self._class_attributes.get(cls)
+            if attributes is None:
+                attributes = self._class_attributes[cls] = ClassAttributes(cls)
+            attributes.add(special + names)
+            expr = f"type({src}) is {self.ref(cls, 'type')}"
+            if len(names) == 1:
+                expr += f" and {names[0]!r} not in {src}.__dict__"
+            elif names:
+                expr += f" and {src}.__dict__.keys().isdisjoint({names!r})"
+            guards = [
+                Guard(
+                    "CLASS_LOOKUPS",
+                    f"type({src})",
+                    f"{self.ref(attributes, 'attributes')}()",
+                    f"{cls.__name__} and its bases define what they did when traced (nothing"
+                    " that hides what its modules read from their tables)",
+                ),
+                Guard("TYPE_MATCH", src, expr, f"{src} is a {cls.__name__}, {why}"),
+            ]
+        self._lookup_guards[base.name] = guards
+        return guards
 
     def _name_for(self, base: str, step: str, part: str) -> str:
         """A readable name for a chain's local: L['self'].layer1[0] -> L_self_layer1_0."""

@@ -563,6 +563,8 @@ def _value_expr(kind: str, source: str, expr: str) -> str:
         return f"type({source}).__name__"
     if kind == "GRAD_MODE":
         return "__import__('torch').is_grad_enabled()"
-    if kind == "CLASS_LOOKUPS":  # `___lookupsN(X)`: what changed in X's attribute lookup
-        return f"___lookups_changed({expr[: expr.index('(')]}, {source})"
+    if kind == "CLASS_LOOKUPS":  # `___lookupsN(X)` or a class's `___attributesN()`
+        check = expr[: expr.index("(")]
+        obj = "None" if expr.endswith("()") else source
+        return f"___lookups_changed({check}, {obj})"
     return source

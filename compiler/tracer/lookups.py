@@ -34,68 +34,88 @@ def lookup(cls: type, name: str) -> Any:
 MISSING = _MISSING
 
 
-class ClassLookups:
-    """`ClassLookups(type, absent, present, instance)(obj)`: obj's exact type is `type`, no
-    class of its MRO defines a name of `absent`, each (name, value) of `present` is found as
-    that same object, and no name of `instance` is in obj's `__dict__` (the C++ extension's
-    class of the same name, without its version tag shortcut)."""
+class ClassAttributes:
+    """`ClassAttributes(cls)()`: each name `add`ed is found on `cls` as it was then (the same
+    object, or still nothing): the check without the C++ extension, one per class of an
+    entry's modules (a call walks the MRO, so it is shared by all modules of the class; their
+    exact types and `__dict__`s are checked one by one)."""
 
-    __slots__ = ("type", "absent", "present", "instance")
+    def __init__(self, cls: type):
+        self.type = cls
+        self.mro = cls.__mro__
+        self.found: dict[str, Any] = {}
+        self._absent: list[tuple[Any, tuple[str, ...]]] = []
+        self._owned: list[tuple[Any, str, Any]] = []
 
-    def __init__(self, type: type, absent: tuple, present: tuple, instance: tuple):
-        self.type = type
-        self.absent = absent
-        self.present = present
-        self.instance = instance
+    def add(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            self.found.setdefault(name, lookup(self.type, name))
+        # per class of the MRO, the names it must not define (those found later or nowhere),
+        # and the classes that define a found name (it must be the same object there)
+        owners = {}
+        for name in self.found:
+            owners[name] = next(
+                (i for i, k in enumerate(self.mro) if name in vars(k)), len(self.mro)
+            )
+        self._absent = [
+            (vars(k).keys(), tuple(n for n, at in owners.items() if at > i))
+            for i, k in enumerate(self.mro)
+        ]
+        self._absent = [(keys, names) for keys, names in self._absent if names]
+        self._owned = [
+            (vars(self.mro[at]), n, self.found[n]) for n, at in owners.items() if at < len(self.mro)
+        ]
 
-    def __call__(self, obj: Any) -> bool:
-        cls = type(obj)
-        if cls is not self.type:
+    def __call__(self) -> bool:
+        if self.type.__mro__ is not self.mro:
             return False
-        for klass in cls.__mro__:
-            names = klass.__dict__.keys()
-            if not names.isdisjoint(self.absent):
+        for keys, names in self._absent:
+            if not keys.isdisjoint(names):
                 return False
-        for name, value in self.present:
-            if lookup(cls, name) is not value:
-                return False
-        if self.instance:
-            found = getattr(obj, "__dict__", None)
-            if found is not None and not found.keys().isdisjoint(self.instance):
+        for klass_dict, name, value in self._owned:
+            if klass_dict.get(name, _MISSING) is not value:
                 return False
         return True
 
     def __repr__(self) -> str:
-        return (
-            f"<ClassLookups of {self.type.__qualname__}: absent {self.absent!r},"
-            f" not in __dict__ {self.instance!r}>"
-        )
+        return f"<ClassAttributes of {self.type.__qualname__}: {sorted(self.found)}>"
 
 
 def class_lookups(cls: type, names: tuple[str, ...], instance: tuple[str, ...]) -> Any:
-    """The check that each of `names` is found on `cls` as it is now (or still not at all),
-    and no name of `instance` is in the `__dict__`: the C++ extension's `ClassLookups` where
-    the tensor checks are in C++, else this module's."""
+    """The C++ extension's `ClassLookups` for one module of class `cls`: each of `names`
+    found on `cls` as it is now (or still not at all), none of `instance` in the module's
+    `__dict__`; None where the tensor checks are not in C++ (then `ClassAttributes`)."""
     from compiler.runtime import tensor_guards
 
+    make = tensor_guards.lookups_class()
+    if make is None:
+        return None
     found = {name: lookup(cls, name) for name in names}
     absent = tuple(name for name, v in found.items() if v is _MISSING)
     present = tuple((name, v) for name, v in found.items() if v is not _MISSING)
-    make = tensor_guards.lookups_class() or ClassLookups
     return make(cls, absent, present, instance)
 
 
-def changed(check: Any, obj: Any) -> str:
-    """What a `ClassLookups` finds changed on `obj`, for a recompile reason."""
-    cls = type(obj)
-    if cls is not check.type:
-        return f"a {cls.__name__}, not a {check.type.__name__}"
-    parts = [
-        f"{cls.__name__} now defines {n!r}" for n in check.absent if lookup(cls, n) is not _MISSING
-    ]
-    parts += [
-        f"{cls.__name__}.{n} was replaced" for n, v in check.present if lookup(cls, n) is not v
-    ]
+def changed(check: Any, obj: Any = None) -> str:
+    """What a `ClassLookups` finds changed on `obj`, or a `ClassAttributes` on its class, for
+    a recompile reason."""
+    if isinstance(check, ClassAttributes):
+        cls, instance = check.type, ()
+        expected = check.found
+    else:
+        cls, instance = type(obj), check.instance
+        if cls is not check.type:
+            return f"a {cls.__name__}, not a {check.type.__name__}"
+        expected = dict.fromkeys(check.absent, _MISSING) | dict(check.present)
+    parts = []
+    for name, value in expected.items():
+        now = lookup(cls, name)
+        if now is not value:
+            parts.append(
+                f"{cls.__name__} now defines {name!r}"
+                if value is _MISSING
+                else f"{cls.__name__}.{name} was replaced"
+            )
     held = getattr(obj, "__dict__", {})
-    parts += [f"{n!r} is in its __dict__" for n in check.instance if n in held]
+    parts += [f"{n!r} is in its __dict__" for n in instance if n in held]
     return "; ".join(parts) or "unchanged"

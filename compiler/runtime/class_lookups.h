@@ -1,5 +1,5 @@
-// Included once, by tensor_guards.cpp (one translation unit; compiler/runtime/tensor_guards.py
-// builds it).
+// Included once, by tensor_guards.cpp after frozen_reads.h (its `dict_version` and
+// JC_DICT_VERSIONS are used here; compiler/runtime/tensor_guards.py builds it).
 #pragma once
 
 namespace {
@@ -14,7 +14,8 @@ namespace {
 // found as that same object, and no name of `instance` in the object's `__dict__`. The class
 // lookups are redone only when the type's version tag (renewed by CPython on any change to
 // the type or a base) differs from the one they last held under: a call usually costs a type
-// and a tag comparison and one dict lookup per `instance` name.
+// and a tag comparison, and the `__dict__` lookups only when the dict changed since they
+// last passed (where this Python has dict versions).
 
 struct Lookups {
   PyObject_HEAD
@@ -24,6 +25,8 @@ struct Lookups {
   PyObject* present;   // tuple of (str, value)
   PyObject* instance;  // tuple of str
   unsigned int tag;    // the type's version tag the lookups last held under (0: none yet)
+  PyObject* dict;      // the __dict__ (borrowed, compared only) the names were last absent from
+  uint64_t version;    // ... and its version then (JC_DICT_VERSIONS; frozen_reads.h)
 };
 
 bool lookups_hold(Lookups* l, PyTypeObject* tp) {
@@ -69,12 +72,23 @@ PyObject* lookups_call(PyObject* self, PyObject* const* args, size_t nargsf, PyO
     }
     Py_RETURN_TRUE;
   }
+#if JC_DICT_VERSIONS
+  // the same dict unchanged since the names were last absent: skip the lookups (a dict's
+  // version is unique among all dicts' versions, so a new dict at the old address differs)
+  if (*dictptr == l->dict && dict_version(*dictptr) == l->version) {
+    Py_RETURN_TRUE;
+  }
+#endif
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(l->instance); ++i) {
     int found = PyDict_Contains(*dictptr, PyTuple_GET_ITEM(l->instance, i));
     if (found != 0) {
       return found < 0 ? nullptr : Py_NewRef(Py_False);
     }
   }
+#if JC_DICT_VERSIONS
+  l->dict = *dictptr;
+  l->version = dict_version(*dictptr);
+#endif
   Py_RETURN_TRUE;
 }
 
@@ -117,6 +131,8 @@ PyObject* lookups_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->present = Py_NewRef(present);
   l->instance = Py_NewRef(instance);
   l->tag = 0;
+  l->dict = nullptr;
+  l->version = 0;
   return reinterpret_cast<PyObject*>(l);
 }
 

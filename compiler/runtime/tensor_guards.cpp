@@ -15,8 +15,10 @@
 // below): a subclass can change what its attributes return, so it is checked in Python.
 //
 // The same extension holds `FrozenReads` (frozen_reads.h: a guard call skips re-reading
-// module attributes no write has touched) and `AliasGuard` (alias_guard.h: do a graph's
-// mutated inputs share memory with another input), included into this translation unit.
+// module attributes no write has touched), `ClassLookups` (class_lookups.h: nothing hides a
+// module's parameters, buffers and children read from its tables) and `AliasGuard`
+// (alias_guard.h: do a graph's mutated inputs share memory with another input), included
+// into this translation unit.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -238,8 +240,8 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 }  // namespace
 
 #include "alias_guard.h"
-#include "class_lookups.h"
 #include "frozen_reads.h"
+#include "class_lookups.h"
 
 namespace {
 

@@ -4,7 +4,9 @@ A guard function checks ~6 attributes of every tensor input, each a Python attri
 for a resnet's ~100 parameters that is most of a call's guard time. The extension's
 `TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which). Its
 `FrozenReads` lets a call skip the checks of module attributes no write has touched since
-the last call that passed (compiler/tracer/frozen.py decides which).
+the last call that passed (compiler/tracer/frozen.py decides which). Its `ClassLookups`
+checks that no class attribute, property or `__dict__` entry hides what a guard reads from a
+module's tables (compiler/tracer/lookups.py).
 
 It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
 compiling a user's function: a first compile must not wait for a C++ build. At runtime it is

@@ -154,3 +154,24 @@ def test_an_unrelated_class_change_keeps_the_entry():
     base.other = property(lambda self: 2.0)
     run_calls(m, compiled, x)
     assert len(entries(compiled)) == 1
+
+
+def test_a_container_getitem_replaced_later_recompiles():
+    class Seq(nn.Sequential):
+        pass
+
+    class Indexing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = Seq(nn.Tanh(), nn.ReLU())
+
+        def forward(self, x):
+            return self.seq[0](x) - self.seq[1](x)
+
+    m = Indexing()
+    compiled = compiler.compile(m, backend=RecordingBackend())
+    x = torch.randn(3)
+    run_calls(m, compiled, x)
+    Seq.__getitem__ = lambda self, i: list(self._modules.values())[1 - i]  # swapped
+    run_calls(m, compiled, x)
+    assert len(entries(compiled)) >= 2

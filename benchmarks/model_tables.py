@@ -52,7 +52,12 @@ def _correct(res: dict[str, Any]) -> str:
         return "-"
     err = res.get("err", 0.0)
     err_text = "inf" if err is None or math.isinf(err) else f"{err:.0e}"
-    if res["correct"] and "float64_err" in res:  # see models.py float64_recheck
+    if res["correct"] and "float64_err_vs_cpu" in res:  # see models.py float64_recheck
+        return (
+            f"ok in float64 (vs eager's CPU float64 {res['float64_err_vs_cpu']:.0e}); "
+            f"float32 ill-conditioned ({err_text})"
+        )
+    if res["correct"] and "float64_err" in res:
         return f"ok in float64 ({res['float64_err']:.0e}); float32 ill-conditioned ({err_text})"
     return ("ok " if res["correct"] else "**WRONG** ") + err_text
 

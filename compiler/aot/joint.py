@@ -42,6 +42,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
 from compiler.aot.trace import AotGraph, origins_of, source_line_of, trace_forward
+from compiler.runtime.lazy_graphs import graph_module, lazy_graph_modules
 
 
 class JointError(RuntimeError):
@@ -162,7 +163,7 @@ def lift_attributes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, lis
             env[node] = lifted[node.target]
         elif node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda a: env[a])
-    return torch.fx.GraphModule(gm, graph), list(attrs.values())
+    return graph_module(gm, graph), list(attrs.values())
 
 
 def describe(
@@ -309,7 +310,7 @@ def _trace_autograd(
 
     for node in gm.graph.nodes:  # make_fx records `from_node` only for nodes with meta
         node.meta.setdefault("compiler_origin", node.name)
-    with fx_traceback.preserve_node_meta():
+    with fx_traceback.preserve_node_meta(), lazy_graph_modules():
         joint_gm = make_fx(
             joint,
             decomposition_table=decompositions,

@@ -22,6 +22,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
 from compiler.records import SourceLine
+from compiler.runtime.lazy_graphs import lazy_graph_modules
 
 
 @dataclass
@@ -92,7 +93,7 @@ def origins_of(aten_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[
 
 
 def _trace(fn, table: dict, example_inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
-    with fx_traceback.preserve_node_meta(), torch.no_grad():
+    with fx_traceback.preserve_node_meta(), torch.no_grad(), lazy_graph_modules():
         return make_fx(
             fn,
             decomposition_table=table,

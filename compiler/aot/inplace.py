@@ -45,7 +45,8 @@ def remove_mutations(
     latest: dict[torch.fx.Node, torch.fx.Node] = {}  # mutated tensor -> its current value
     root_of: dict[torch.fx.Node, torch.fx.Node] = {}  # a new value -> the tensor it updates
     for node in nodes:
-        if latest:
+        # setting args is costly (use lists are rebuilt): only where one is renamed
+        if latest and any(a in latest for a in node.all_input_nodes):
             node.args = torch.fx.map_arg(node.args, lambda a: latest.get(a, a))
             node.kwargs = torch.fx.map_arg(node.kwargs, lambda a: latest.get(a, a))
         if node not in plan:

@@ -6,9 +6,10 @@ An optimizer step's FX graph is one small computation per parameter (Adam: 18 FX
 every one only reads (the lr tensor). make_fx pays its per-op dispatch (fake tensors,
 proxies, decompositions) for every copy, though parameters of one shape give the same
 aten ops: resnet18's 62 parameters have 15 kinds. Here the graph's independent parts
-(connected through nothing but graph inputs) are grouped by their ops and their inputs'
-metadata; make_fx traces the first part of each group, and the others get a copy of its
-aten nodes on their own inputs.
+(sharing nothing but inputs they only read) are grouped by their ops and their inputs'
+metadata; make_fx traces the first part of each kind, and the others get a copy of its
+aten nodes on their own inputs (trace_forward of resnet18's Adam graph: 0.76 -> 0.38 s of
+CPU on a CI-class machine).
 
 The result is the graph one make_fx trace of the whole graph gives: the same nodes in the
 same order, with the same names (created in the same order from the same name bases), the
@@ -16,8 +17,8 @@ same `from_node` and `stack_trace` (those of each part's own FX nodes), and meta
 (`val`) objects shared by the copies of one node, which only the lowering reads (for their
 shapes, strides and dtypes). Anything that could make a copy differ from its own trace
 (aliased inputs, an input written by one part and read by another, non-tensor inputs,
-get_attr nodes, metadata make_fx would carry from FX nodes) makes `trace_by_kind` return
-None, and the caller traces the whole graph.
+a part reading no input, get_attr nodes, metadata make_fx would carry from FX nodes) makes
+`trace_by_kind` return None, and the caller traces the whole graph.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch.fx.proxy import _COPY_META_FIELDS
 from torch.fx.traceback import NodeSource
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from compiler.aot.inplace import _storage
+from compiler.aot.inplace import storage_node
 from compiler.runtime.lazy_graphs import graph_module
 
 # FX node metadata make_fx copies onto the aten nodes it records: a part whose nodes carry
@@ -141,6 +142,10 @@ def _parts(gm: torch.fx.GraphModule, example_inputs: Sequence) -> list[_Part]:
     returned = {part_of[a] for a in nodes[-1].all_input_nodes if a in part_of}
     for part in parts:
         part.kind = _kind(part, input_keys)
+        if not part.inputs:
+            # a factory or a switch of global state (autocast's enter and exit nodes): the
+            # parts after it may trace differently from those before
+            raise _Unlike
         for p in part.inputs:
             readers[p] = readers.get(p, 0) + 1
         first = by_kind.setdefault(part.kind, part)
@@ -303,7 +308,7 @@ def _written(part: _Part, inputs: list[torch.fx.Node], input_of: dict) -> set[in
     for node in part.aten:
         target = node.target
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable and node.args:
-            position = positions.get(_storage(node.args[0]))
+            position = positions.get(storage_node(node.args[0]))
             if position is not None:
                 out.add(position)
     return out

@@ -142,6 +142,16 @@ def test_graphs_whose_copies_could_differ_are_traced_whole():
 
     assert _none(_fx(constants_differ), [x, y])
 
+    # a part of no input (here a switch of grad mode, as the tracer records one) may
+    # change how the parts after it trace
+    graph = torch.fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    graph.call_method("add_", (a, 1))
+    graph.call_function(torch._C._set_grad_enabled, (True,))
+    graph.call_method("add_", (b, 1))
+    graph.output(())
+    assert _none(torch.fx.GraphModule(torch.nn.Module(), graph), [x, y])
+
 
 def test_a_copy_writing_an_input_another_part_reads_is_traced_whole():
     # an aten op called directly is not named in place: the trace shows its write of lr

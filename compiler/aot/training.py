@@ -112,13 +112,14 @@ class CompiledTraining:
 
     def _build(self, inputs: list) -> TrainingGraph:
         rec = self.record
+        # each stage includes writing its graphs' text (the graph modules are lazy)
         with rec.stage("aot"):
             joint = trace_joint(self.gm, inputs)
-        rec.aot_graphs["joint"] = graph_code(joint.aot.gm)
+            rec.aot_graphs["joint"] = graph_code(joint.aot.gm)
         with rec.stage("partition"):
             part = partition(joint)
-        rec.aot_graphs["forward"] = graph_code(part.forward.gm)
-        rec.aot_graphs["backward"] = graph_code(part.backward.gm)
+            rec.aot_graphs["forward"] = graph_code(part.forward.gm)
+            rec.aot_graphs["backward"] = graph_code(part.backward.gm)
         rec.partition = _partition_record(self.gm, joint, part)
         inputs_kept = sum(s.is_input for s in part.saved)
         rec.notes.append(

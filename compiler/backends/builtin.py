@@ -86,7 +86,7 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
     if record is not None:
         with record.stage("aot"):
             aot = trace_forward(gm, inputs)
-        record.aot_graphs["forward"] = graph_code(aot.gm)
+            record.aot_graphs["forward"] = graph_code(aot.gm)
     else:
         aot = trace_forward(gm, inputs)
     return alias_safe(runnable(aot.gm), gm.forward, mutated_inputs(aot.gm), record)

@@ -321,9 +321,9 @@ class _Compiled:
             return runnable(self.gm)
         aot = self.aot
         if aot is None:
-            with self.stage("aot"):
+            with self.stage("aot"):  # the graph's text too: it is part of the stage's work
                 aot = trace_forward(self.gm, self.inputs)
-            self.record.aot_graphs["forward"] = graph_code(aot.gm)
+                self.record.aot_graphs["forward"] = graph_code(aot.gm)
         with self.stage("lower"):
             # Channels-last suits oneDNN's and cuDNN's convolutions. Training halves only on
             # the devices in TRAINING_CHANNELS_LAST: the forward's saved activations then stay

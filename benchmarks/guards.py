@@ -1,6 +1,7 @@
 """Time of one call of a model's guard function, tensor checks in C++ vs in Python.
 
     .venv/bin/python benchmarks/guards.py [--models resnet18,densenet121] [--calls N] [--batches K]
+        [--no-frozen]
 
 Builds the C++ tensor guard extension if needed (compiler/runtime/tensor_guards.py), compiles
 each model (torchvision, random weights, eval, batch 1, 3x32x32, under `torch.no_grad()`) twice
@@ -10,7 +11,8 @@ called with. They are then timed round-robin: `--batches` batches of `--calls` c
 a batch's time divided by its calls is one sample. Prints the median and minimum sample of
 each, in µs, as a markdown table in BENCHMARKS.md's format. The C++ column is the guard
 function a call runs with the extension: its TensorChecker and, from the second call on, its
-FrozenReads fast path (compiler/tracer/frozen.py).
+FrozenReads fast path (compiler/tracer/frozen.py); with `--no-frozen`, the full function a
+call runs when that path misses (or on a Python without dict version tags).
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ def main() -> None:
     parser.add_argument("--models", default="resnet18")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=15)
+    parser.add_argument("--no-frozen", action="store_true", help="C++ column without FrozenReads")
     args = parser.parse_args()
+    if args.no_frozen:
+        tensor_guards.frozen_class = lambda: None
     import torchvision
 
     checker = tensor_guards.load_library(tensor_guards.build()).TensorChecker

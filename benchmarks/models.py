@@ -102,7 +102,9 @@ _LOSS_WEIGHTS: dict[tuple, torch.Tensor] = {}
 def scalar_loss(out: Any) -> torch.Tensor:
     """Each floating output against fixed random weights, summed. A plain mean would be
     blind: the mean of a normalised output (a batch or layer norm last) does not depend on
-    anything before the norm, so those gradients would be rounding noise."""
+    anything before the norm, so those gradients would be rounding noise. Half-precision
+    outputs are summed in float32, float64 ones in float64 (a float32 sum would put float32
+    rounding into the float64 re-check)."""
     tensors = [t for t in flatten(out) if t.is_floating_point() and t.requires_grad]
     if not tensors:
         raise RuntimeError("no output requires grad: nothing to train")
@@ -112,7 +114,9 @@ def scalar_loss(out: Any) -> torch.Tensor:
         if key not in _LOSS_WEIGHTS:
             gen = torch.Generator().manual_seed(1000 + i)
             _LOSS_WEIGHTS[key] = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
-        total = total + (t * _LOSS_WEIGHTS[key]).float().mean()
+        total = (
+            total + (t * _LOSS_WEIGHTS[key]).to(torch.promote_types(t.dtype, torch.float32)).mean()
+        )
     return total
 
 

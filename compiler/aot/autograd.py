@@ -34,6 +34,7 @@ import torch
 
 from compiler.aot.joint import JointGraph, OutputInfo
 from compiler.aot.partition import Partition
+from compiler.runtime.copies import copy_many
 from compiler.runtime.cudagraphs import is_handed_out
 from compiler.runtime.support import unflattener
 
@@ -95,7 +96,7 @@ class TrainingGraph:
         saved = tuple(next(kept) if i is None else args[i] for i in self.part.saved_inputs)
         if m:
             with torch.no_grad():
-                torch._foreach_copy_([args[i] for i in self.part.mutated], list(new_values))
+                copy_many([args[i] for i in self.part.mutated], new_values)
         return outputs, saved
 
     def run_backward(self, saved: Sequence[torch.Tensor], grads: Sequence[Any]) -> list:

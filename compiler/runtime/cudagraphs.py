@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from compiler.runtime import tensor_guards
+from compiler.runtime.copies import clone_many, copy_many
 from compiler.runtime.static import is_static_address
 
 # Addresses of graph-owned memory handed out as internal outputs: a graph captured later
@@ -76,6 +77,7 @@ class CudaGraphRunner:
         self.owned: list[tuple[int, torch.Tensor]] = []  # (input position, static buffer)
         self.copy_back: list[tuple[int, torch.Tensor]] = []
         self.outputs: Sequence[Any] = ()
+        self.cloned: list[int] = []  # the outputs returned as copies
         self.captures = 0
         self.ungraphed_calls = 0
 
@@ -87,17 +89,16 @@ class CudaGraphRunner:
             # forward ran again): the memory the graph reads holds newer values.
             self.ungraphed_calls += 1
             return tuple(self.call(list(args)))
-        else:
-            for i, buf in self.owned:
-                buf.copy_(args[i])
+        elif self.owned:
+            copy_many([buf for _, buf in self.owned], [args[i] for i, _ in self.owned])
         self.graph.replay()
-        for i, buf in self.copy_back:
-            args[i].copy_(buf)
-        cut = len(self.outputs) if self.internal_from is None else self.internal_from
-        return tuple(
-            o.clone() if i < cut and isinstance(o, torch.Tensor) else o
-            for i, o in enumerate(self.outputs)
-        )
+        if self.copy_back:
+            copy_many([args[i] for i, _ in self.copy_back], [buf for _, buf in self.copy_back])
+        outputs = list(self.outputs)
+        copies = clone_many([outputs[i] for i in self.cloned])
+        for i, c in zip(self.cloned, copies):
+            outputs[i] = c
+        return tuple(outputs)
 
     def _capture(self, args: list) -> None:
         inputs = list(args)
@@ -128,6 +129,8 @@ class CudaGraphRunner:
             self.outputs = self.call(inputs)
         self.graph = graph
         self.captures += 1
+        cut = len(self.outputs) if self.internal_from is None else self.internal_from
+        self.cloned = [i for i, o in enumerate(self.outputs[:cut]) if isinstance(o, torch.Tensor)]
         if self.internal_from is not None:
             _handed_out.update(
                 o.data_ptr()

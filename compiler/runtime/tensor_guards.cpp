@@ -15,8 +15,10 @@
 // below): a subclass can change what its attributes return, so it is checked in Python.
 //
 // The same extension holds `FrozenReads` (frozen_reads.h: a guard call skips re-reading
-// module attributes no write has touched) and `AliasGuard` (alias_guard.h: do a graph's
-// mutated inputs share memory with another input), included into this translation unit.
+// module attributes no write has touched), `ClassLookups` (class_lookups.h: nothing hides a
+// module's parameters, buffers and children read from its tables) and `AliasGuard`
+// (alias_guard.h: do a graph's mutated inputs share memory with another input), included
+// into this translation unit.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -239,6 +241,7 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 #include "alias_guard.h"
 #include "frozen_reads.h"
+#include "class_lookups.h"
 
 namespace {
 
@@ -321,6 +324,25 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
     return nullptr;
   }
 
+  LookupsType.tp_name = "_jc_tensor_guards.ClassLookups";
+  LookupsType.tp_doc =
+      "ClassLookups(type, absent, present, instance)(obj): obj's exact type is `type`, whose "
+      "MRO defines no name of `absent` and each (name, value) of `present` as that value, "
+      "and no name of `instance` is in obj's __dict__.";
+  LookupsType.tp_basicsize = sizeof(Lookups);
+  LookupsType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC;
+  LookupsType.tp_vectorcall_offset = offsetof(Lookups, vectorcall);
+  LookupsType.tp_call = PyVectorcall_Call;
+  LookupsType.tp_new = lookups_new;
+  LookupsType.tp_dealloc = lookups_dealloc;
+  LookupsType.tp_traverse = lookups_traverse;
+  LookupsType.tp_clear = lookups_clear;
+  LookupsType.tp_repr = lookups_repr;
+  LookupsType.tp_members = lookups_members;
+  if (PyType_Ready(&LookupsType) < 0) {
+    return nullptr;
+  }
+
   AliasType.tp_name = "_jc_tensor_guards.AliasGuard";
   AliasType.tp_doc =
       "AliasGuard(mutated)(*inputs): True when no mutated input shares its storage with "
@@ -376,6 +398,11 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   }
   Py_INCREF(&AliasType);
   if (PyModule_AddObject(module, "AliasGuard", reinterpret_cast<PyObject*>(&AliasType)) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  Py_INCREF(&LookupsType);
+  if (PyModule_AddObject(module, "ClassLookups", reinterpret_cast<PyObject*>(&LookupsType)) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

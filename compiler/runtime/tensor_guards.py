@@ -4,7 +4,9 @@ A guard function checks ~6 attributes of every tensor input, each a Python attri
 for a resnet's ~100 parameters that is most of a call's guard time. The extension's
 `TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which). Its
 `FrozenReads` lets a call skip the checks of module attributes no write has touched since
-the last call that passed (compiler/tracer/frozen.py decides which).
+the last call that passed (compiler/tracer/frozen.py decides which). Its `ClassLookups`
+checks that no class attribute, property or `__dict__` entry hides what a guard reads from a
+module's tables (compiler/tracer/lookups.py).
 
 It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
 compiling a user's function: a first compile must not wait for a C++ build. At runtime it is
@@ -35,8 +37,12 @@ import torch
 from compiler.runtime import cpp_build
 
 SOURCE = Path(__file__).with_name("tensor_guards.cpp")
-# the parts it includes: FrozenReads (compiler/tracer/frozen.py) and AliasGuard (aliasing.py)
-HEADERS = [Path(__file__).with_name(name) for name in ("frozen_reads.h", "alias_guard.h")]
+# the parts it includes: FrozenReads (compiler/tracer/frozen.py), ClassLookups
+# (compiler/tracer/lookups.py) and AliasGuard (aliasing.py)
+HEADERS = [
+    Path(__file__).with_name(name)
+    for name in ("frozen_reads.h", "class_lookups.h", "alias_guard.h")
+]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
 
 # The tensor types the checker takes: a subclass may change what its attributes return
@@ -111,6 +117,16 @@ def frozen_class() -> type | None:
     if checker is None or module is None or module.TensorChecker is not checker:
         return None
     return module.FrozenReads if module.DICT_VERSIONS else None
+
+
+def lookups_class() -> type | None:
+    """The extension's `ClassLookups` where tensor checks are in C++ by this extension (the
+    Python guards then use compiler/tracer/lookups.py's), else None."""
+    checker = checker_class()
+    module = _load()
+    if checker is None or module is None or module.TensorChecker is not checker:
+        return None
+    return module.ClassLookups
 
 
 def alias_guard_class() -> type | None:

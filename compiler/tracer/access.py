@@ -12,13 +12,16 @@ Two steps take a shorter path than the source's text:
   `._parameters['name']` or `._buffers['name']`, the table `nn.Module.__getattr__` would
   return it from, when the module's class changes nothing in attribute lookup (no
   `__getattr__` or `__getattribute__` of its own, no class attribute of that name) and the
-  name is not in the instance's `__dict__`. A guard pins the module's type, so that stays true.
-  Assignments through `nn.Module.__setattr__` keep the name in one table only, so a moved entry
-  is a missing key: the guard fails and the function recompiles.
+  name is not in the instance's `__dict__`. A guard (compiler/tracer/lookups.py) pins the
+  module's type and keeps that true: a class attribute or property of that name added later
+  to the class or a base, or an entry in the instance's `__dict__`, fails it. Assignments
+  through `nn.Module.__setattr__` keep the name in one table only, so a moved entry is a
+  missing key: the guard fails and the function recompiles.
 - `container[i]` for a Sequential or ModuleList reads `container._modules[key]`, the entry
-  its `__getitem__` would return, with guards that pin the container's type and the keys of
-  its `_modules` (so the position of every key stays what it was). ModuleDict's
-  `__getitem__` is itself `self._modules[key]`: only its type is pinned.
+  its `__getitem__` would return, with guards that pin the container's type and class
+  lookups (its `__getitem__` and `__len__`) and the keys of its `_modules` (so the position
+  of every key stays what it was). ModuleDict's `__getitem__` is itself
+  `self._modules[key]`: only its type and class lookups are pinned.
 
 Every other step is the source's own Python with the prefix replaced by its local.
 """
@@ -35,6 +38,7 @@ from typing import Any, Callable
 import torch
 
 from compiler.records import Guard
+from compiler.tracer.lookups import ClassAttributes, class_lookups
 
 _MISSING = object()
 MISSING = _MISSING  # a value that could not be read
@@ -78,10 +82,13 @@ class AccessPlan:
         self._env: dict | None = {"L": L, "G": G}
         self._keys: dict[str, Key | None] = {}  # source text -> its chain key
         self._prefixes: set[Key] = set()
+        self._children: dict[Key, list[tuple[str, str]]] = {}  # key -> (step, part) after it
         roots: set[str] = set()
         for src in set(sources):
             key = self._key_of(src)
             while key is not None and len(key) > 1:
+                if key not in self._prefixes:
+                    self._children.setdefault(key[0], []).append(key[1:])
                 self._prefixes.add(key)
                 key = key[0]
             if key is not None:
@@ -90,6 +97,8 @@ class AccessPlan:
         # after its own source is taken out, the guard reads another source too.
         self._other_chain = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(roots))) + r")\b")
         self._locals: dict[Key, Local] = {}
+        self._lookup_guards: dict[str, list[Guard]] = {}  # a module's local -> its guards
+        self._class_attributes: dict[type, ClassAttributes] = {}  # without the C++ extension
         self._values: dict[str, Any] = {}
         self._used_names: set[str] = set()
         self._rewritten: dict[tuple[str, str | None], tuple[str, list[Local]]] = {}
@@ -187,7 +196,7 @@ class AccessPlan:
         base = self._local_for(base_key) if base_key in self._prefixes else None
         base_text = base.name if base is not None else _text(base_key)
         requires: list[Guard] = []
-        expr = self._short_path(base, step, part, requires) if base is not None else None
+        expr = self._short_path(base, base_key, step, part, requires) if base is not None else None
         if expr is None:
             requires = []
             expr = _step_text(base_text, step, part)
@@ -220,7 +229,9 @@ class AccessPlan:
                     self._values[local.name] = _MISSING
         return self._values[local.name]
 
-    def _short_path(self, base: Local, step: str, part: str, requires: list[Guard]) -> str | None:
+    def _short_path(
+        self, base: Local, base_key: Key, step: str, part: str, requires: list[Guard]
+    ) -> str | None:
         value = self._value(base)
         if not isinstance(value, torch.nn.Module) or not _plain_lookup(type(value)):
             return None
@@ -229,7 +240,7 @@ class AccessPlan:
                 return None
             for table in _TABLES:
                 if part in value.__dict__.get(table, ()):
-                    requires.append(self._type_guard(base, value))
+                    requires.extend(self._lookups_guard(base, base_key, value))
                     return f"{base.name}.{table}[{part!r}]"
             return None
         if step != "[]":
@@ -242,7 +253,7 @@ class AccessPlan:
         if isinstance(index, str):
             if getitem is not torch.nn.ModuleDict.__getitem__ or index not in modules:
                 return None
-            requires.append(self._type_guard(base, value))
+            requires.extend(self._lookups_guard(base, base_key, value))
             return f"{base.name}._modules[{index!r}]"
         keys = list(modules)
         if not -len(keys) <= index < len(keys):
@@ -261,7 +272,7 @@ class AccessPlan:
                 return None
         else:
             return None
-        requires.append(self._type_guard(base, value))
+        requires.extend(self._lookups_guard(base, base_key, value))
         requires.append(
             Guard(
                 "DICT_KEYS",
@@ -272,16 +283,68 @@ class AccessPlan:
         )
         return f"{base.name}._modules[{child_key!r}]"
 
-    def _type_guard(self, base: Local, value: Any) -> Guard:
+    def _lookups_guard(self, base: Local, base_key: Key, value: torch.nn.Module) -> list[Guard]:
+        """The guards every short path from `base` relies on: its exact type, and attribute
+        lookup on it still ending in the tables for each name read from them (no class
+        attribute, property or `__dict__` entry of that name since), through the same
+        `__getattr__`, `__getattribute__` (and `__getitem__`, `__len__` where it is indexed).
+        With the C++ extension one `ClassLookups` call checks it all; in Python the class's
+        lookups are one check per class, the type and `__dict__` one per module."""
+        found = self._lookup_guards.get(base.name)
+        if found is not None:
+            return found
         cls = type(value)
-        ref = self.ref(cls, "type")
-        return Guard(
-            "TYPE_MATCH",
-            base.source,
-            f"type({base.source}) is {ref}",
-            f"{base.source} is a {cls.__name__}"
-            " (its children, parameters and buffers are read from its tables)",
+        steps = self._children.get(base_key, [])
+        tables = [value.__dict__.get(t, ()) for t in _TABLES]
+        names = tuple(
+            part
+            for step, part in steps
+            if step == "."
+            and part not in value.__dict__
+            and not _class_defines(cls, part)
+            and any(part in table for table in tables)
         )
+        special = ("__getattr__", "__getattribute__", *_TABLES)
+        if any(step == "[]" for step, _ in steps):
+            special += ("__getitem__", "__len__")
+        if names:
+            shown = ", ".join(map(repr, names))
+            why = f"no class attribute or __dict__ entry hides {shown} (read from its tables)"
+        else:
+            why = "with the __getitem__ and __len__ it was traced with"
+        src = base.source
+        check = class_lookups(cls, special + names, names)
+        if check is not None:
+            guards = [
+                Guard(
+                    "CLASS_LOOKUPS",
+                    src,
+                    f"{self.ref(check, 'lookups')}({src})",
+                    f"{src} is a {cls.__name__}, {why}",
+                )
+            ]
+        else:
+            attributes = self._class_attributes.get(cls)
+            if attributes is None:
+                attributes = self._class_attributes[cls] = ClassAttributes(cls)
+            attributes.add(special + names)
+            expr = f"type({src}) is {self.ref(cls, 'type')}"
+            if len(names) == 1:
+                expr += f" and {names[0]!r} not in {src}.__dict__"
+            elif names:
+                expr += f" and {src}.__dict__.keys().isdisjoint({names!r})"
+            guards = [
+                Guard(
+                    "CLASS_LOOKUPS",
+                    f"type({src})",
+                    f"{self.ref(attributes, 'attributes')}()",
+                    f"{cls.__name__} and its bases define what they did when traced (nothing"
+                    " that hides what its modules read from their tables)",
+                ),
+                Guard("TYPE_MATCH", src, expr, f"{src} is a {cls.__name__}, {why}"),
+            ]
+        self._lookup_guards[base.name] = guards
+        return guards
 
     def _name_for(self, base: str, step: str, part: str) -> str:
         """A readable name for a chain's local: L['self'].layer1[0] -> L_self_layer1_0."""

@@ -16,6 +16,8 @@ The checks then split three ways:
   (`X is ___obj7`, `X is None`), or its comparison with an immutable constant of an exact
   type (`type(X) is ___type9 and X == 'zeros'`, a constant tuple);
   the keys of a `_modules` table read by key (`list(X._modules.keys()) == ['0', '1']`);
+  a module's class lookups (`___lookupsN(X)`, compiler/tracer/lookups.py) where an attribute
+  read from X is frozen (its watch pins X's type, the type's version tag and X's `__dict__`);
 - `types`: `type(X) is ___typeN` of a frozen value (`obj.__class__ = ...` changes no dict):
   checked by `FrozenReads` on every call;
 - everything else runs every call, tensors' metadata included, on the frozen values where
@@ -36,6 +38,7 @@ _ID = re.compile(r"^(\w+) is (___\w+|None|True|False)$")
 _EQ = re.compile(r"^type\((\w+)\) is (___type\d+) and \1 == (.+)$")
 _TUPLE = re.compile(r"^(\w+) is (___const\d+) or ___same_constant\(\1, \2\)$")
 _TYPE = re.compile(r"^type\((\w+)\) is (___type\d+)$")
+_LOOKUPS = re.compile(r"^___lookups\d+\((\w+)\)$")
 _KEYS = re.compile(r"^list\((\w+\._modules)\.keys\(\)\) == \[[^\]]*\]$")
 _IMMUTABLE = (int, float, str, bytes)  # `==` on exact values of these reads nothing else
 
@@ -107,9 +110,12 @@ def plan_frozen(
             plan.reads.append((local.name, base_text, attr, key))
             plan.names.add(local.name)
     tables = {base for _, base, attr, _ in plan.reads if not attr}  # dicts read by key
+    watched = {base for _, base, attr, _ in plan.reads if attr}  # objects read attributes of
     for i, (kind, expr, _) in enumerate(checks):
         if _skippable(kind, expr, namespace) in plan.names:
             plan.skip.add(i)
+        elif kind == "CLASS_LOOKUPS" and (m := _LOOKUPS.match(expr)) and m.group(1) in watched:
+            plan.skip.add(i)  # its type, the type's version and its __dict__ are pinned
         elif kind == "DICT_KEYS" and (m := _KEYS.match(expr)) and m.group(1) in tables:
             plan.skip.add(i)  # the keys of a dict whose version is pinned
         elif kind == "TYPE_MATCH" and (m := _TYPE.match(expr)) and m.group(1) in plan.names:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from compiler.records import Guard, SourceLine
+from compiler.tracer import lookups
 from compiler.tracer.access import MISSING, AccessPlan, Local
 from compiler.tracer.frozen import FrozenPlan, plan_frozen
 
@@ -339,6 +340,7 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
         lines.append(f"    # tensor checks: {tensor_guards.status()}")
     lines.append("    try:")
     namespace = dict(guard_set.namespace)
+    namespace["___lookups_changed"] = lookups.changed
     frozen_use = None
     if frozen is None:
         lines += em.emit(checks, "        ")
@@ -561,4 +563,8 @@ def _value_expr(kind: str, source: str, expr: str) -> str:
         return f"type({source}).__name__"
     if kind == "GRAD_MODE":
         return "__import__('torch').is_grad_enabled()"
+    if kind == "CLASS_LOOKUPS":  # `___lookupsN(X)` or a class's `___attributesN()`
+        check = expr[: expr.index("(")]
+        obj = "None" if expr.endswith("()") else source
+        return f"___lookups_changed({check}, {obj})"
     return source

@@ -13,6 +13,7 @@ from compiler.runtime.static import mark_static_address
 from compiler.tracer import objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr, raise_python
+from compiler.tracer.lookups import MISSING, lookup
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -171,27 +172,31 @@ def _tensor_attr(tx: Tracer, t: TensorVar, name: str) -> Var:
 
 
 def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
+    """`module.name` in eager's order: a data descriptor of the class (a property), the
+    instance's `__dict__`, any other class attribute, and only then, as nn.Module.__getattr__
+    is the fallback, the module's tables."""
     mod = mod_var.value
     src = mod_var.source
     d = mod.__dict__
-    attr = inspect.getattr_static(type(mod), name, _MISSING)
+    cls = type(mod)
+    if cls.__getattribute__ is not object.__getattribute__:
+        raise Break(f"{cls.__name__} has its own __getattribute__: reading .{name} runs in Python")
+    attr = lookup(cls, name)
     if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
-        # a data descriptor of the class (a property) comes before the instance and, as
-        # nn.Module.__getattr__ is only the fallback, before the module's tables
-        return _class_attr(tx, mod_var, type(mod), name, attr)
+        return _class_attr(tx, mod_var, cls, name, attr)
+    if name in d:
+        return _attr_value(tx, d[name], src, name)
+    if attr is not MISSING:
+        if name in MODULE_METHODS and attr is getattr(torch.nn.Module, name) and src is not None:
+            return AttrCallVar(mod_var, name)  # called through module_method below
+        return _class_attr(tx, mod_var, cls, name, attr)
     for store in ("_parameters", "_buffers", "_modules"):
         table = d.get(store)
         if table is not None and name in table:
             if store == "_buffers" and isinstance(table[name], torch.Tensor):
                 mark_static_address(table[name])  # a CUDA graph may read it in place
             return _attr_value(tx, table[name], src, name)
-    if name in d:
-        return _attr_value(tx, d[name], src, name)
-    if attr is _MISSING:
-        raise Break(f"{type(mod).__name__} has no attribute {name!r}")
-    if name in MODULE_METHODS and attr is getattr(torch.nn.Module, name) and src is not None:
-        return AttrCallVar(mod_var, name)  # called through module_method below
-    return _class_attr(tx, mod_var, type(mod), name, attr)
+    raise Break(f"{cls.__name__} has no attribute {name!r}")
 
 
 def _named_children(tx: Tracer, mod_var: ObjVar) -> list[tuple[str, Var]]:

@@ -187,9 +187,15 @@ def test_convolution_graphs_run_channels_last_on_cuda():
             torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
     record = compiler.inspect(compiled)
     assert any("cuDNN" in n for g in record.graphs for n in g.notes)
-    # Only the input is converted to NHWC by a kernel of ours; aten converts weights itself
-    layout_copies = [k for k in record.kernels if "_fused_convolution_" in k.name]
-    assert len(layout_copies) == 1
+    # Weights reach cuDNN NHWC already (copied by kernels of ours): aten's own conversion
+    # inside the convolution is a clone of ~30 us of host time per convolution and call.
+    with (
+        torch.no_grad(),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof,
+    ):
+        compiled(x)
+    names = {e.name for e in prof.events()}
+    assert "aten::cudnn_convolution" in names and "aten::contiguous" not in names
 
 
 def test_channels_last_graph_returns_eager_strides_on_cuda():

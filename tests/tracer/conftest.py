@@ -42,4 +42,6 @@ def guard_path(request, monkeypatch):
     frozen = module.FrozenReads if module is not None and module.DICT_VERSIONS else None
     monkeypatch.setattr(tensor_guards, "checker_class", lambda: checker)
     monkeypatch.setattr(tensor_guards, "frozen_class", lambda: frozen)
+    lookups = module.ClassLookups if module is not None else None
+    monkeypatch.setattr(tensor_guards, "lookups_class", lambda: lookups)
     return request.param

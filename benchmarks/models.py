@@ -400,16 +400,22 @@ class Worker:
             self._ref64 = self.run64(lambda model: model)
         return self._ref64
 
-    def run64(self, wrap: Callable[[torch.nn.Module], Callable]) -> dict[str, Any]:
-        """One step of `wrap(a float64 copy of the model)` from the same start state."""
-        model = copy.deepcopy(self.model).double()
+    def run64(
+        self, wrap: Callable[[torch.nn.Module], Callable], device: str | None = None
+    ) -> dict[str, Any]:
+        """One step of `wrap(a float64 copy of the model)` from the same start state, on
+        `device` (default: the model's)."""
+        model = copy.deepcopy(self.model).double().to(device or self.device)
         with torch.no_grad():
             for k, v in model.state_dict().items():
                 v.copy_(self.state0[k])
         for p in model.parameters():
             p.grad = None
         fn = wrap(model)
-        inputs = tuple(t.double() if t.is_floating_point() else t for t in self.inputs)
+        inputs = tuple(
+            (t.double() if t.is_floating_point() else t).to(device or self.device)
+            for t in self.inputs
+        )
         if self.train:
             out = fn(*inputs)
             loss = scalar_loss(out)
@@ -424,7 +430,12 @@ class Worker:
         in float64: when that agrees with eager in float64 to FLOAT64_EXACT, the compiled code
         computes eager's function and the float32 step is ill-conditioned (rounding in any
         other algorithm moves it as much: shufflenet_v2's train step with oneDNN off in eager
-        moved conv5's gradient by 5%). Recorded as such, not as wrong."""
+        moved conv5's gradient by 5%). Recorded as such, not as wrong.
+
+        On CUDA eager's own float64 is not always the closer one: mobilenet_v3_large's and
+        levit_128s's train steps in eager float64 on the H100 are 6.3e-7 and 1.5e-7 from eager
+        float64 on the CPU, where ours on CUDA is 3.1e-8 and 8e-11 from the CPU's
+        (benchmarks/f64_gpu.py). There ours is also judged against eager's CPU float64."""
         try:
             got64 = self.run64(compile_fn)
         except Exception as exc:  # the verdict stays "wrong"
@@ -433,9 +444,22 @@ class Worker:
         ref64 = self.reference64()
         err = max((tensor_error(ref64[k], got64[k]) for k in ref64), default=0.0)
         res["float64_err"] = err
-        if set(ref64) == set(got64) and err <= FLOAT64_EXACT:
+        if set(ref64) != set(got64):
+            return
+        if err <= FLOAT64_EXACT:
             res["correct"] = True
             res["check"] = f"float32 ill-conditioned; in float64 ours is eager to {err:.0e}"
+        elif self.device != "cpu":
+            cpu64 = self.run64(lambda model: model, device="cpu")
+            ours = max(tensor_error(cpu64[k], got64[k].cpu()) for k in cpu64)
+            eager = max(tensor_error(cpu64[k], ref64[k].cpu()) for k in cpu64)
+            res["float64_err_vs_cpu"] = ours
+            if ours <= FLOAT64_EXACT:
+                res["correct"] = True
+                res["check"] = (
+                    f"float32 ill-conditioned; in float64 ours is eager's CPU float64 to "
+                    f"{ours:.0e} (eager's own {self.device} float64 is {eager:.0e} from it)"
+                )
 
     def eager(self) -> None:
         self.phase("eager")

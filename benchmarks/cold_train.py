@@ -3,7 +3,7 @@ stage of every graph (the tracer's `trace`, `aot`, `partition`, `lower`, `schedu
 `codegen`, `compile`, ...), the whole first call, and optionally a cProfile of it.
 
     python benchmarks/cold_train.py [--model resnet18] [--batch 4] [--size 64] [--device cuda]
-        [--optim-only] [--profile N] [--sort tottime|cumulative] [--dump FILE]
+        [--optim-only] [--profile N] [--sort tottime|cumulative] [--dump FILE] [--outside N]
 
 The step is seed 000's `train` (train_gpu.make_train: zero_grad, forward, cross-entropy,
 backward, Adam step) on a torchvision model with random weights, with empty kernel caches (a
@@ -11,11 +11,14 @@ fresh COMPILER_CACHE_DIR and TRITON_CACHE_DIR per run), so every kernel is compi
 kernels on the CPU, Triton on CUDA. `--optim-only`
 compiles the Adam step alone (gradients from one eager backward). The `compile` stage is the
 C++ or Triton compiler's work (run in parallel processes); the rest is our Python.
+`--outside N` samples the first call's stack (wall clock) and prints the top N places of
+the time no named stage records (benchmarks/outside_stages.py); not with --profile.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
@@ -33,6 +36,7 @@ os.environ["TRITON_CACHE_DIR"] = os.path.join(_CACHE, "triton")
 import torch  # noqa: E402
 
 import compiler  # noqa: E402
+from benchmarks.outside_stages import OutsideStages  # noqa: E402
 from benchmarks.train_gpu import make_train  # noqa: E402
 
 
@@ -46,6 +50,7 @@ def main() -> None:
     p.add_argument("--profile", type=int, default=0, help="print the top N of a cProfile")
     p.add_argument("--sort", default="tottime")
     p.add_argument("--dump", help="write the cProfile's stats to this file")
+    p.add_argument("--outside", type=int, default=0, help="top N places outside the stages")
     args = p.parse_args()
     import torchvision
 
@@ -65,15 +70,17 @@ def main() -> None:
         step = compiler.compile(make_train(opt))
         call = lambda: step(model, data)  # noqa: E731
     prof = cProfile.Profile() if args.profile or args.dump else None
-    t = time.perf_counter()
-    if prof:
-        prof.enable()
-    call()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    if prof:
-        prof.disable()
-    total = time.perf_counter() - t
+    sampler = OutsideStages() if args.outside and not prof else contextlib.nullcontext()
+    with sampler:
+        t = time.perf_counter()
+        if prof:
+            prof.enable()
+        call()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if prof:
+            prof.disable()
+        total = time.perf_counter() - t
     report = compiler.inspect(step)
     stages: dict[str, float] = defaultdict(float)
     for g in report.graphs:
@@ -100,6 +107,8 @@ def main() -> None:
         print(f"| {name} | {s:.2f} |")
     # `backend` wraps the backend's own stages (aot ... compile); `trace` is outside it
     print(f"| not in trace or backend | {total - stages['trace'] - stages['backend']:.2f} |")
+    if isinstance(sampler, OutsideStages):
+        sampler.report(args.outside)
     if prof and args.dump:
         prof.dump_stats(args.dump)
     if prof and args.profile:

@@ -45,7 +45,8 @@ def remove_mutations(
     latest: dict[torch.fx.Node, torch.fx.Node] = {}  # mutated tensor -> its current value
     root_of: dict[torch.fx.Node, torch.fx.Node] = {}  # a new value -> the tensor it updates
     for node in nodes:
-        if latest:
+        # setting args is costly (use lists are rebuilt): only where one is renamed
+        if latest and any(a in latest for a in node.all_input_nodes):
             node.args = torch.fx.map_arg(node.args, lambda a: latest.get(a, a))
             node.kwargs = torch.fx.map_arg(node.kwargs, lambda a: latest.get(a, a))
         if node not in plan:
@@ -118,13 +119,13 @@ def _plan(
                 return None
             plan[node] = _Rewrite(functional, val)
         written_tensor = _tensor(target)
-        if _storage(written_tensor) is not written_tensor:
+        if storage_node(written_tensor) is not written_tensor:
             return None  # a view written in place: its base changes too
         written.setdefault(written_tensor, []).append(position[node])
     # no tensor is written while a view of it is still read
     for view in views:
         last_read = _last_read(view, position)
-        if any(position[view] < p <= last_read for p in written.get(_storage(view), ())):
+        if any(position[view] < p <= last_read for p in written.get(storage_node(view), ())):
             return None
     return plan
 
@@ -148,7 +149,7 @@ def _tensor(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
-def _storage(node: torch.fx.Node) -> torch.fx.Node:
+def storage_node(node: torch.fx.Node) -> torch.fx.Node:
     """The tensor whose memory `node` reads: through views (of views ...), the getitems of
     a list of views and in-place ops' results."""
     while True:

@@ -37,6 +37,7 @@ import torch.fx
 from compiler.aot.joint import JointGraph
 from compiler.aot.mincut import CutError, FlowNetwork
 from compiler.aot.trace import AotGraph
+from compiler.runtime.lazy_graphs import graph_module
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -247,4 +248,4 @@ def _subgraph(
         env[node] = graph.node_copy(node, lambda a: env[a])
     graph.output(tuple(env[r] if isinstance(r, torch.fx.Node) else r for r in results))
     graph.lint()
-    return torch.fx.GraphModule(root, graph), order
+    return graph_module(root, graph), order

@@ -21,7 +21,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
+from compiler.aot.replay import trace_by_kind
 from compiler.records import SourceLine
+from compiler.runtime.lazy_graphs import lazy_graph_modules
 
 
 @dataclass
@@ -61,6 +63,9 @@ def trace_forward(
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
 
+    def trace(g: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        return _trace(lambda *args: torch.fx.Interpreter(g).run(*args), table, example_inputs)
+
     # make_fx records `from_node` only for nodes whose meta is non-empty
     for node in gm.graph.nodes:
         node.meta.setdefault("compiler_origin", node.name)
@@ -68,7 +73,9 @@ def trace_forward(
     table = decomposition_table(training)
     aten_gm = None
     if rename_mutations:
-        aten_gm = remove_mutations(_trace(run, table, example_inputs), table)
+        # an optimizer step: one trace per kind of parameter (compiler/aot/replay.py)
+        traced = None if training else trace_by_kind(gm, example_inputs, trace)
+        aten_gm = remove_mutations(traced if traced is not None else trace(gm), table)
     if aten_gm is None:
         aten_gm = _trace(functionalize(run), table, example_inputs)
         # functional: unused results (batch norm's stats) go; the code is regenerated only then
@@ -92,7 +99,7 @@ def origins_of(aten_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[
 
 
 def _trace(fn, table: dict, example_inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
-    with fx_traceback.preserve_node_meta(), torch.no_grad():
+    with fx_traceback.preserve_node_meta(), torch.no_grad(), lazy_graph_modules():
         return make_fx(
             fn,
             decomposition_table=table,

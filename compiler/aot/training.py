@@ -37,6 +37,7 @@ from compiler.aot.partition import Partition, PartitionError, partition
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders
 from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
 from compiler.runtime.keys import SignatureKey, kept_key
+from compiler.runtime.lazy_graphs import graph_code
 
 # (graph half, its part name "forward"/"backward", the forward's example inputs or None for
 # the backward, compiled at its first call) -> a callable returning the half's flat outputs
@@ -111,13 +112,14 @@ class CompiledTraining:
 
     def _build(self, inputs: list) -> TrainingGraph:
         rec = self.record
+        # each stage includes writing its graphs' text (the graph modules are lazy)
         with rec.stage("aot"):
             joint = trace_joint(self.gm, inputs)
-        rec.aot_graphs["joint"] = joint.aot.gm.code
+            rec.aot_graphs["joint"] = graph_code(joint.aot.gm)
         with rec.stage("partition"):
             part = partition(joint)
-        rec.aot_graphs["forward"] = part.forward.gm.code
-        rec.aot_graphs["backward"] = part.backward.gm.code
+            rec.aot_graphs["forward"] = graph_code(part.forward.gm)
+            rec.aot_graphs["backward"] = graph_code(part.backward.gm)
         rec.partition = _partition_record(self.gm, joint, part)
         inputs_kept = sum(s.is_input for s in part.saved)
         rec.notes.append(

@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler.backends.registry import _builtin, current_options
 from compiler.records import current_graph
+from compiler.runtime.lazy_graphs import graph_code, runnable
 
 
 def _note(text: str) -> None:
@@ -69,7 +70,7 @@ def _aot_eager_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
         training = CompiledTraining(
             gm,
             current_graph(),
-            lambda aot, part, inputs: aot.gm.forward,
+            lambda aot, part, inputs: runnable(aot.gm),
             lambda inputs: _aot_forward(gm, inputs),
         )
         training.entry_for(list(example_inputs))
@@ -85,10 +86,10 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
     if record is not None:
         with record.stage("aot"):
             aot = trace_forward(gm, inputs)
-        record.aot_graphs["forward"] = aot.gm.code
+            record.aot_graphs["forward"] = graph_code(aot.gm)
     else:
         aot = trace_forward(gm, inputs)
-    return alias_safe(aot.gm.forward, gm.forward, mutated_inputs(aot.gm), record)
+    return alias_safe(runnable(aot.gm), gm.forward, mutated_inputs(aot.gm), record)
 
 
 @_builtin("inductor")

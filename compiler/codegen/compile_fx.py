@@ -37,6 +37,7 @@ from compiler.runtime.cpp_build import CppCompileError
 from compiler.runtime.eager import run_eagerly
 from compiler.runtime.gc_pause import gc_paused
 from compiler.runtime.keys import SignatureKey, kept_key
+from compiler.runtime.lazy_graphs import graph_code, runnable
 from compiler.runtime.support import unflattener
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
@@ -317,12 +318,12 @@ class _Compiled:
         emitter, why = emitter_for(device)
         if emitter is None:
             self.record.notes.append(f"ran eagerly: {why}")
-            return self.gm.forward
+            return runnable(self.gm)
         aot = self.aot
         if aot is None:
-            with self.stage("aot"):
+            with self.stage("aot"):  # the graph's text too: it is part of the stage's work
                 aot = trace_forward(self.gm, self.inputs)
-            self.record.aot_graphs["forward"] = aot.gm.code
+                self.record.aot_graphs["forward"] = graph_code(aot.gm)
         with self.stage("lower"):
             # Channels-last suits oneDNN's and cuDNN's convolutions. Training halves only on
             # the devices in TRAINING_CHANNELS_LAST: the forward's saved activations then stay
@@ -458,7 +459,7 @@ class _Compiled:
         d = root / f"graph_{n}"
         d.mkdir()
         (d / "fx_graph.py").write_text(self.gm.code)
-        (d / "aten_graph.py").write_text(aot.gm.code)
+        (d / "aten_graph.py").write_text(graph_code(aot.gm))
         (d / "ir_before_fusion.txt").write_text(format_graph(graph))
         (d / "ir_after_fusion.txt").write_text(format_schedule(sched))
         code = [source] + [f"\n# ---- {k.name} ----\n{k.source}" for k in kernels.values()]

@@ -96,7 +96,7 @@ class TrainingGraph:
         saved = tuple(next(kept) if i is None else args[i] for i in self.part.saved_inputs)
         if m:
             with torch.no_grad():
-                copy_many([args[i] for i in self.part.mutated], new_values)
+                copy_many([args[i] for i in self.part.mutated], new_values, maybe_same=True)
         return outputs, saved
 
     def run_backward(self, saved: Sequence[torch.Tensor], grads: Sequence[Any]) -> list:

@@ -24,11 +24,14 @@ def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def copy_many(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> None:
-    """`dst.copy_(src)` for each pair; a pair that is one tensor's memory twice is skipped."""
+def copy_many(
+    dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor], maybe_same: bool = False
+) -> None:
+    """`dst.copy_(src)` for each pair. With `maybe_same`, a pair that is one tensor's memory
+    twice is skipped (checking costs ~4 us a pair: densenet121's 364 gradients)."""
     groups: dict[tuple, tuple[list, list]] = {}
     for d, s in zip(dsts, srcs):
-        if d is s or _same_memory(d, s):
+        if maybe_same and (d is s or _same_memory(d, s)):
             continue
         key = (d.dtype, d.device, s.dtype, s.device)
         group = groups.get(key)

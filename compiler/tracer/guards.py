@@ -14,6 +14,7 @@ before anything else reads those tensors; without it every check is Python, as w
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -240,6 +241,9 @@ class CompiledGuards:
     # The FrozenReads of the function's fast path (None without one): its name in the
     # namespace, the locals a call answers, in order, and every frozen local
     frozen: tuple[str, list[str], set[str]] | None = None
+    # Locals of an exact list or tuple type whose length the function checks: `*X` reads
+    # all their elements (compile_fetch)
+    lengths: dict[str, int] = field(default_factory=dict)
 
     def failures(self, L: dict, G: dict) -> list[Guard]:
         """The guards that do not hold for these values (for recompile reasons), each
@@ -329,12 +333,14 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     checker = tensor_guards.checker_class()
     frozen_cls = tensor_guards.frozen_class()
     in_cpp = _cpp_tensors(guard_set, plan) if checker is not None else {}
+    lengths = _guarded_lengths(checks, guard_set.namespace)
+    spread = _spread_lists(guard_set, checks, in_cpp, lengths)
     frozen = None
     if frozen_cls is not None:
         triples = [(c.guard.kind, c.expr, c.needs) for c in checks]
         frozen = plan_frozen(triples, guard_set.namespace, plan.value, MISSING)
     plan.release()
-    em = _Emitter(guard_set, in_cpp, checker)
+    em = _Emitter(guard_set, in_cpp, checker, spread=spread)
     lines = [f"def {name}(L, G):"]
     if guard_set.tensors:
         lines.append(f"    # tensor checks: {tensor_guards.status()}")
@@ -358,7 +364,7 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     exec(compile(source, f"<guards {name}>", "exec"), namespace)
     guards = [c.guard for c in checks]
     return CompiledGuards(
-        namespace[name], source, guards, namespace, plan, em.defined, checks, frozen_use
+        namespace[name], source, guards, namespace, plan, em.defined, checks, frozen_use, lengths
     )
 
 
@@ -373,7 +379,7 @@ def _with_fast_path(
     later = [(i, c) for i, c in enumerate(checks) if any(n.name in names for n in c.needs)]
     per_call = [c for i, c in later if i not in frozen.skip and i not in frozen.types]
     lines = em.emit(first, "        ")
-    fast = _Emitter(em.guard_set, em.in_cpp, em.checker, em.defined, names, em.checkers)
+    fast = _Emitter(em.guard_set, em.in_cpp, em.checker, em.defined, names, em.checkers, em.spread)
     fast_lines = fast.emit(per_call, "            ")
     lines += [
         f"        # the {len(frozen.reads)} reads below from modules pinned above are those of"
@@ -429,10 +435,12 @@ class _Emitter:
         defined: set[str] = frozenset(),
         cached: set[str] = frozenset(),
         checkers: dict[str, Any] | None = None,
+        spread: _Spread | None = None,
     ):
         self.guard_set = guard_set
         self.in_cpp = in_cpp
         self.checker = checker
+        self.spread = spread if spread is not None else _Spread({}, {})
         self.defined = set(defined)
         self.cached = cached
         self.selection: list[str] = []
@@ -475,6 +483,8 @@ class _Emitter:
             if local.name in self.defined:
                 continue
             self.defined.add(local.name)
+            if local.name in self.spread.elements:
+                continue  # only the checker reads it, from its list (`flush`)
             if local.name in self.cached:
                 self.selection.append(local.name)
             else:
@@ -495,10 +505,97 @@ class _Emitter:
             " device, shape, strides, requires_grad"
         )
         self.lines.append(f"{ind}if not {ref}(")
-        self.lines.extend(f"{ind}    {local}," for local in self.pending)
+        self.lines.extend(f"{ind}    {arg}," for arg in self.spread.arguments(list(self.pending)))
         self.lines.append(f"{ind}):")
         self.lines.append(f"{ind}    return False")
         self.pending.clear()
+
+
+@dataclass
+class _Spread:
+    """Lists whose elements are all tensors that only the C++ checker reads: the checker
+    takes them as `*X` (its arguments in order) instead of one local per element, which
+    saves a subscript, a store and a load per tensor (an Adam step's guard function passes
+    four lists of one tensor per parameter)."""
+
+    elements: dict[str, tuple[str, int]]  # element local -> (list local, index)
+    lengths: dict[str, int]  # list local -> its guarded length
+
+    def arguments(self, locals_: list[str]) -> list[str]:
+        """The checker's arguments for `locals_`, a whole list in order as `*X`; an element
+        outside such a run (a flush in between) as `X[i]`, which its guards make safe."""
+        args: list[str] = []
+        i = 0
+        while i < len(locals_):
+            where = self.elements.get(locals_[i])
+            if where is not None and where[1] == 0:
+                n = self.lengths[where[0]]
+                run = locals_[i : i + n]
+                if len(run) == n and all(
+                    self.elements.get(x) == (where[0], k) for k, x in enumerate(run)
+                ):
+                    args.append(f"*{where[0]}")
+                    i += n
+                    continue
+            args.append(locals_[i] if where is None else f"{where[0]}[{where[1]}]")
+            i += 1
+        return args
+
+
+_LEN = re.compile(r"^len\((\w+)\) == (\d+)$")
+_EXACT_TYPE = re.compile(r"^type\((\w+)\) is (___type\d+)$")
+_ITEM = re.compile(r"^(\w+)\[(\d+)\]$")
+
+
+def _guarded_lengths(checks: list[_Check], namespace: dict) -> dict[str, int]:
+    """The locals the checks pin as an exact list or tuple of a given length."""
+    exact = {
+        m.group(1)
+        for c in checks
+        if c.guard.kind == "TYPE_MATCH"
+        and (m := _EXACT_TYPE.match(c.expr))
+        and namespace.get(m.group(2)) in (list, tuple)
+    }
+    return {
+        m.group(1): int(m.group(2))
+        for c in checks
+        if c.guard.kind == "LENGTH_CHECK" and (m := _LEN.match(c.expr)) and m.group(1) in exact
+    }
+
+
+def list_item(local: Local, lengths: dict[str, int]) -> tuple[str, int] | None:
+    """(X, i) where `local` is `X[i]` of a list or tuple local in `lengths`."""
+    m = _ITEM.match(local.expr)
+    return (m.group(1), int(m.group(2))) if m is not None and m.group(1) in lengths else None
+
+
+def _spread_lists(
+    guard_set: GuardSet, checks: list[_Check], in_cpp: dict[str, str], lengths: dict[str, int]
+) -> _Spread:
+    """The lists (exact list or tuple, length guarded) each of whose elements is a tensor
+    checked in C++ and read by no other check, nor by another local."""
+    cpp_locals = set(in_cpp.values())
+    items: dict[str, tuple[str, int]] = {}
+    excluded: set[str] = set()
+    for c in checks:
+        g = c.guard
+        spec = guard_set.tensors.get(g.source)
+        own = in_cpp.get(g.source)
+        in_cpp_now = own is not None and spec is not None and (g.kind, g.expr) in spec.guards
+        for local in c.needs:
+            if local.name not in cpp_locals:
+                continue
+            if not in_cpp_now or local.name != own:
+                excluded.add(local.name)
+            elif (where := list_item(local, lengths)) is not None:
+                items[local.name] = where
+    by_list: dict[str, set[int]] = {}
+    for name, (lst, index) in items.items():
+        if name not in excluded:
+            by_list.setdefault(lst, set()).add(index)
+    whole = {lst for lst, found in by_list.items() if found == set(range(lengths[lst]))}
+    elements = {name: where for name, where in items.items() if where[0] in whole}
+    return _Spread(elements, {lst: lengths[lst] for lst in whole})
 
 
 def _cpp_tensors(guard_set: GuardSet, plan: AccessPlan) -> dict[str, str]:

@@ -16,7 +16,7 @@ import torch
 
 from compiler.tracer.access import Local
 from compiler.tracer.calls import REAL_NULL
-from compiler.tracer.guards import CompiledGuards
+from compiler.tracer.guards import CompiledGuards, list_item
 from compiler.tracer.objects import AttrWrites, mapping_base
 from compiler.tracer.shapes import is_symbolic
 from compiler.tracer.variables import (
@@ -269,11 +269,14 @@ def compile_fetch(
     defined: set[str] = set()
     values = []
     needed: list[Local] = []
+    resolved = []
     for src in sources:
         expr, needs = guards.access.rewrite(src, src)
         if any(local.name not in guards.defined for local in needs):
-            values.append(src)
-            continue
+            resolved.append((src, []))
+        else:
+            resolved.append((expr, needs))
+    for expr, needs in _spread_runs(resolved, guards.lengths):
         for local in needs:
             if local.name not in defined:
                 defined.add(local.name)
@@ -304,6 +307,32 @@ def compile_fetch(
     ns = dict(namespace)
     exec(compile(source, "<fetch>", "exec"), ns)
     return ns["fetch"], source
+
+
+def _spread_runs(
+    resolved: list[tuple[str, list[Local]]], lengths: dict[str, int]
+) -> list[tuple[str, list[Local]]]:
+    """`resolved` with each run of inputs that is a whole guarded list or tuple, X[0] to
+    X[n-1] in order, as one `*X` (an Adam step's inputs are four lists of one tensor per
+    parameter): one unpacking instead of a local per element."""
+    out = []
+    i = 0
+    while i < len(resolved):
+        expr, needs = resolved[i]
+        first = list_item(needs[-1], lengths) if needs and needs[-1].name == expr else None
+        if first is not None and first[1] == 0:
+            n = lengths[first[0]]
+            run = resolved[i : i + n]
+            if len(run) == n and all(
+                ns and ns[-1].name == e and list_item(ns[-1], lengths) == (first[0], k)
+                for k, (e, ns) in enumerate(run)
+            ):
+                out.append((f"*{first[0]}", needs[:-1]))
+                i += n
+                continue
+        out.append((expr, needs))
+        i += 1
+    return out
 
 
 def compile_rebuild(

@@ -257,3 +257,83 @@ def test_dynamic_shapes_check_the_type_in_cpp_before_reading_sizes(tensor_checke
     call = source.index("if not ___tensors0(")
     sizes = [i for i in range(len(source)) if source.startswith("if not (L_x.", i)]
     assert sizes and all(i > call for i in sizes), source
+
+
+def list_guards(xs: list, extra=()):
+    """compile_guards over a list of tensors at L['xs'] (its type, length and each tensor),
+    plus (kind, source, expr) guards."""
+    guard_set = GuardSet()
+    guard_set.length("L['xs']", xs)
+    for i, t in enumerate(xs):
+        guard_set.tensor(f"L['xs'][{i}]", t)
+    for kind, source, expr in extra:
+        guard_set.add(kind, source, expr, expr, None)
+    return compile_guards(guard_set, "guard", {"xs": xs}, {})
+
+
+def _changed_lists(xs: list) -> dict:
+    """Each way the list or one of its tensors can differ from `xs`."""
+    a, b, c = xs
+    other = torch.randn(2, 3)
+    resized = a.clone()
+    resized.set_(torch.randn(3, 2))  # metadata changed in place on a tensor object
+    return {
+        "dtype": [a, b.double(), c],
+        "shape": [a, b, torch.randn(4)],
+        "strides": [other.t().contiguous().t(), b, c],
+        "requires_grad": [a, b.detach() if b.requires_grad else b.requires_grad_(), c],
+        "subclass": [a, b, c.as_subclass(Tagged)],
+        "a float": [a, 2.5, c],
+        "longer": [a, b, c, c],
+        "shorter": [a, b],
+        "a tuple": (a, b, c),
+        "metadata changed in place": [resized, b, c],
+    }
+
+
+def test_a_list_of_tensors_is_checked_as_a_whole(tensor_checker, monkeypatch):
+    """A list whose elements only the C++ checker reads goes to it as `*L_xs` (no local per
+    element), and every change to the list or to one of its tensors still fails the guard."""
+    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    xs = [torch.randn(2, 3), torch.randn(5, requires_grad=True), torch.randn(3)]
+    guards = list_guards(xs)
+    assert "        *L_xs,\n" in guards.source
+    assert "L_xs_0 = " not in guards.source
+    assert guards.check({"xs": list(xs)}, {})
+    for why, changed in _changed_lists(xs).items():
+        assert not guards.check({"xs": changed}, {}), why
+        assert guards.failures({"xs": changed}, {}), why
+
+
+def test_a_list_element_read_elsewhere_keeps_its_local(tensor_checker, monkeypatch):
+    """Where a Python check reads one of the tensors, the list is passed element by element:
+    the element's local is defined and checked in C++ before that read."""
+    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    xs = [torch.randn(3), torch.randn(4)]
+    guards = list_guards(xs, [("TENSOR_MATCH", "L['xs'][1]", "L['xs'][1].size(0) == 4")])
+    assert "*L_xs" not in guards.source and "L_xs_1 = L_xs[1]" in guards.source
+    assert guards.source.index("if not ___tensors0(") < guards.source.index("L_xs_1.size(0)")
+    assert guards.check({"xs": list(xs)}, {})
+    assert not guards.check({"xs": [xs[0], torch.randn(5)]}, {})
+    assert not guards.check({"xs": [xs[0].double(), xs[1]]}, {})
+
+
+def sum_list(xs):
+    return xs[0] + xs[1] * xs[2]
+
+
+@pytest.mark.parametrize(
+    "why", ["dtype", "shape", "strides", "requires_grad", "subclass", "longer", "a tuple"]
+)
+def test_a_list_of_tensors_input_recompiles_on_change(guard_path, why):
+    """Compiled against eager: the graph's inputs are fetched from the list (`*L_xs` where the
+    guard function spreads it), and a changed list or tensor recompiles."""
+    torch.manual_seed(0)
+    xs = [torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3)]
+    compiled = compiler.compile(sum_list, backend=RecordingBackend())
+    for args in (xs, xs, _changed_lists(xs)[why], _changed_lists(xs)[why]):
+        call_both(sum_list, compiled, args)
+    entries = compiler.inspect(compiled).functions[0].entries
+    assert guard_path == "python" or "*L_xs," in entries[0].guard_source
+    reasons = [e.recompile_reason for e in entries]
+    assert len(reasons) >= 2 and any(reasons[1:]), reasons  # a subclass breaks the graph

@@ -31,6 +31,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
 from benchmarks.profile_gpu import host_ms, median_ms  # noqa: E402
+from benchmarks.train_gpu import guards_in_cpp  # noqa: E402
 
 OPTIMIZERS = {
     "adam": lambda params, **kw: torch.optim.Adam(params, lr=1e-3, **kw),
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZERS))
     args = parser.parse_args()
     print(torch.__version__, torch.cuda.get_device_name())
+    print("tensor checks:", guards_in_cpp(), flush=True)
     print("| model | optimizer | step | first call ms | latency ms | host ms | kernels/step |")
     print("|---|---|---|---|---|---|---|")
     for name in args.models.split(","):

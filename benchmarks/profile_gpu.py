@@ -27,6 +27,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
+from benchmarks.train_gpu import guards_in_cpp  # noqa: E402
 from compiler.codegen.compile_fx import compile_fx  # noqa: E402
 
 
@@ -170,6 +171,7 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true", help="profile torch.compile too")
     args = parser.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    print("tensor checks:", guards_in_cpp(), flush=True)
     launch_cost()
     for name in args.models.split(","):
         model_profile(name, args.out, args.torch)

@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
 from benchmarks.profile_gpu import host_ms, python_profile  # noqa: E402
-from benchmarks.train_gpu import make_train, median_ms  # noqa: E402
+from benchmarks.train_gpu import guards_in_cpp, make_train, median_ms  # noqa: E402
 
 
 def gpu_busy(fn: Callable[[], Any], calls: int = 3) -> tuple[float, int, Any]:
@@ -105,6 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA device"
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    print("tensor checks:", guards_in_cpp(), flush=True)
     for name in args.models.split(","):
         compiler.reset()
         run_model(name, name in args.profile.split(","))

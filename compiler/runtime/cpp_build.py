@@ -138,10 +138,14 @@ def cache_dir() -> Path:
     """Where built kernels live: `$COMPILER_CACHE_DIR/cpp`, else `~/.cache/jupyter-compile/cpp`
     (`$XDG_CACHE_HOME` respected). Per user, as home directories are."""
     root = os.environ.get("COMPILER_CACHE_DIR")
-    if root:
-        base = Path(root)
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jupyter-compile"
+    return Path(root) / "cpp" if root else default_cache_dir()
+
+
+def default_cache_dir() -> Path:
+    """`cache_dir()` without $COMPILER_CACHE_DIR: where `make setup` builds the runtime's own
+    extension (runtime/tensor_guards.py), which a process with a cache folder of its own
+    still loads from there."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jupyter-compile"
     return base / "cpp"
 
 

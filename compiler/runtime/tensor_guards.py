@@ -13,7 +13,8 @@ compiling a user's function: a first compile must not wait for a C++ build. At r
 loaded if present; when it is absent, stale or fails to load, the guards stay in Python and
 the guard source says why.
 
-The library lives in the C++ cache (`cpp_build.cache_dir()`/tensor_guards), named by the
+The library lives in the C++ cache (`cpp_build.cache_dir()`/tensor_guards; a process whose
+$COMPILER_CACHE_DIR holds none loads the default cache's), named by the
 torch version, the Python version and the sha256 of the source and flags, so another torch or Python
 (a shared home directory, a second venv) builds and loads its own. It lands atomically with a
 sha256 sidecar (`cpp_build.compile_library`), and one that does not match it is not loaded.
@@ -58,7 +59,8 @@ def built_for() -> str:
     return f"torch {torch.__version__}, Python {sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def library_path() -> Path:
+def library_path(cache: Path | None = None) -> Path:
+    """Where `build()` puts the library: in `cache` (default: the C++ cache in use)."""
     h = hashlib.sha256(SOURCE.read_bytes())
     for header in HEADERS:
         h.update(header.read_bytes())
@@ -66,7 +68,19 @@ def library_path() -> Path:
     digest = h.hexdigest()[:16]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
     python_tag = sys.implementation.cache_tag  # cpython-311
-    return cpp_build.cache_dir() / "tensor_guards" / f"torch{torch_tag}-{python_tag}-{digest}.so"
+    name = f"torch{torch_tag}-{python_tag}-{digest}.so"
+    return (cache or cpp_build.cache_dir()) / "tensor_guards" / name
+
+
+def _library_to_load() -> Path:
+    """The cache in use's library, else the default cache's: a process given a fresh
+    $COMPILER_CACHE_DIR (a cold-compile benchmark, a notebook with a cache of its own) keeps
+    the C++ guards `make setup` built, instead of falling back to Python guards."""
+    lib = library_path()
+    if lib.exists():
+        return lib
+    default = library_path(cpp_build.default_cache_dir())
+    return default if default.exists() else lib
 
 
 def flags() -> list[str]:
@@ -145,7 +159,7 @@ def _load() -> ModuleType | None:
     global _module, _status
     if _module is None and _status is None:
         try:
-            _module = load_library(library_path())
+            _module = load_library(_library_to_load())
         except Exception as e:  # any failure means Python guards, as without the extension
             _status = f"{type(e).__name__}: {e}"
     return _module

@@ -140,11 +140,30 @@ def test_damaged_or_missing_library_means_python_guards(cache, tmp_path, monkeyp
     with pytest.raises(ImportError, match="sha256"):
         tensor_guards.load_library(damaged)
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-default"))
     monkeypatch.setattr(tensor_guards, "_module", None)
     monkeypatch.setattr(tensor_guards, "_status", None)
     assert tensor_guards.checker_class() is None
     assert tensor_guards.status().startswith("Python (the C++ tensor_guards extension is not used")
     assert "is not built" in tensor_guards.status()
+
+
+def test_a_cache_folder_without_the_library_loads_the_default_caches(cache, tmp_path, monkeypatch):
+    # A benchmark's or a notebook's own $COMPILER_CACHE_DIR must not turn the C++ guards
+    # `make setup` built (in the default cache) into Python guards.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    default = tensor_guards.library_path(cpp_build.default_cache_dir())
+    assert default.parent == tmp_path / "xdg" / "jupyter-compile" / "cpp" / "tensor_guards"
+    default.parent.mkdir(parents=True)
+    for suffix in ("", ".sha256"):
+        (default.parent / (cache.name + suffix)).write_bytes(
+            (cache.parent / (cache.name + suffix)).read_bytes()
+        )
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "fresh"))
+    assert tensor_guards._library_to_load() == default
+    tensor_guards.load_library(default)  # valid: the sidecar matches
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(cache.parent.parent.parent))
+    assert tensor_guards._library_to_load() == cache  # the cache in use comes first
 
 
 def test_build_command(cache, monkeypatch, capsys):

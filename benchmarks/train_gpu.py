@@ -43,15 +43,15 @@ from tests.aot.helpers import seed_000_train as make_train  # noqa: E402
 
 
 def guards_in_cpp() -> str:
-    """Builds and loads the C++ tensor guard extension, as `make setup` does for a user, and
-    says how guards are checked. These scripts compile in fresh cache folders, where it is
-    never built: without this a step's guards run in Python (on the CPU, densenet121's train
-    step guard ~6.6x and its Adam step guard ~4.6x their C++ time). Once loaded it serves
-    the whole process, wherever the caches move to (fresh_caches)."""
-    from compiler.runtime import tensor_guards
+    """Builds the C++ tensor guard extension in the default cache, as `make setup` does for a
+    user (a cache hit there when it has run), and says how guards are checked. These scripts
+    compile in fresh cache folders; the extension loads from the default cache when the
+    cache in use has none (runtime/tensor_guards.py), so it serves the whole process
+    wherever the caches move to (fresh_caches)."""
+    from compiler.runtime import cpp_build, tensor_guards
 
     try:
-        tensor_guards.build()
+        tensor_guards.build(cpp_build.default_cache_dir())
     except Exception as e:  # the guards stay in Python, and status() says why
         print(f"tensor guard extension not built: {type(e).__name__}: {e}", flush=True)
     return tensor_guards.status()

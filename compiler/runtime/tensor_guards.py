@@ -106,9 +106,10 @@ def flags() -> list[str]:
     ]
 
 
-def build() -> Path:
-    """Build the library unless a valid one is cached; raises `cpp_build.CppCompileError`."""
-    lib = library_path()
+def build(cache: Path | None = None) -> Path:
+    """Build the library in `cache` (default: the C++ cache in use) unless a valid one is
+    there; raises `cpp_build.CppCompileError`."""
+    lib = library_path(cache)
     if cpp_build.is_valid(lib):
         return lib
     lib.parent.mkdir(parents=True, exist_ok=True)

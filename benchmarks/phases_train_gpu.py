@@ -52,8 +52,8 @@ def _timed(label: str, fn: Callable) -> Callable:
 
 
 def _instrument() -> None:
-    from compiler.aot import autograd
     from compiler import optim
+    from compiler.aot import autograd
     from compiler.optim import step as optim_step
     from compiler.runtime import cudagraphs
 

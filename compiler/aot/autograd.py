@@ -68,6 +68,13 @@ class TrainingGraph:
         # the saved tensors the forward returns (the others are inputs): only those can be
         # a CUDA graph's own memory
         self.internal_saved = [k for k, i in enumerate(part.saved_inputs) if i is None]
+        # the saved tensors out of (*inputs, *the forward's results), whose results end with
+        # its internal outputs in the order of `part.saved_inputs`
+        first = joint.num_inputs + part.num_outputs + len(part.mutated)
+        where = dict(zip(self.internal_saved, range(first, first + len(self.internal_saved))))
+        self.pick_saved = _picker(
+            [i if i is not None else where[k] for k, i in enumerate(part.saved_inputs)]
+        )
         self.write_back: _WriteBack | None = None  # made at the first call
         # The last call's saved tensors in graph memory, while its backward may still run.
         self.pending: tuple[weakref.ref, weakref.ref] | None = None
@@ -105,8 +112,7 @@ class TrainingGraph:
         # which autograd forbids modifying in place; eager's results allow it.
         outputs = tuple(o.clone() if o._base is not None else o for o in results[:n])
         new_values = results[n : n + m]
-        kept = iter(results[n + m :])
-        saved = tuple(next(kept) if i is None else args[i] for i in self.part.saved_inputs)
+        saved = self.pick_saved((*args, *results))
         if m:
             if self.write_back is None:
                 self.write_back = _WriteBack(self.part.mutated, args, new_values)

@@ -27,6 +27,7 @@ other memory than it was captured on runs the backward's kernels without the gra
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -169,7 +170,10 @@ class _HandedOut:
     holds the memory: `move_held` copies each such alias to fresh memory and swaps the
     storages' memory (C++, graph_outputs.h), every view following, and makes a new alias for
     the graph's output. Outputs that share memory with an input or with another output are
-    copied as before."""
+    copied as before.
+
+    One difference from eager remains: a gradient still in graph memory cannot be resized
+    (`p.grad.resize_()` to a larger size raises; a moved one can)."""
 
     def __init__(self, outputs: Sequence[Any], positions: list[int], moves: tuple):
         self.outputs = outputs
@@ -177,6 +181,8 @@ class _HandedOut:
         self.aliases = [_alias(outputs[i]) for i in positions]
         self.live_storages, self.adopt_storage = moves
         self.moved = 0  # aliases moved out before a replay (a count the tests read)
+        # torch's cached-tensor registry keeps each alias's TensorImpl allocated until removed
+        weakref.finalize(self, _unregister, self.aliases)
 
     @staticmethod
     def of(outputs: Sequence[Any], inputs: Sequence[Any]) -> "_HandedOut | None":
@@ -200,9 +206,7 @@ class _HandedOut:
         return _HandedOut(outputs, positions, moves) if positions else None
 
     def release(self) -> None:
-        for alias in self.aliases:
-            torch._C._remove_cached_tensor(alias)
-        self.aliases = []
+        _unregister(self.aliases)
 
     def move_held(self) -> None:
         torch._C._set_cached_tensors_enabled(True)  # idempotent; something may turn it off
@@ -219,6 +223,12 @@ class _HandedOut:
             torch._C._remove_cached_tensor(alias)
             self.aliases[k] = _alias(self.outputs[self.positions[k]])
             self.moved += 1
+
+
+def _unregister(aliases: list[torch.Tensor]) -> None:
+    for alias in aliases:
+        torch._C._remove_cached_tensor(alias)
+    aliases.clear()
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:

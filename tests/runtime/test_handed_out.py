@@ -5,6 +5,8 @@ copy, and whatever still holds one when the graph replays must keep its values."
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -112,4 +114,12 @@ def test_release_unregisters_the_aliases():
     aliases = list(graph.handed.aliases)
     assert all(torch._C._is_cached_tensor(a) for a in aliases)
     graph.handed.release()
+    assert not any(torch._C._is_cached_tensor(a) for a in aliases)
+
+
+def test_a_dropped_runner_unregisters_its_aliases():
+    graph = _FakeGraph()
+    aliases = list(graph.handed.aliases)
+    del graph
+    gc.collect()
     assert not any(torch._C._is_cached_tensor(a) for a in aliases)

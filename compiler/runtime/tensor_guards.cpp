@@ -242,12 +242,15 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 #include "alias_guard.h"
 #include "frozen_reads.h"
 #include "class_lookups.h"
+#include "grad_checks.h"
 
 namespace {
 
 PyMethodDef module_methods[] = {
     {"same_addresses", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(same_addresses)),
      METH_FASTCALL, "same_addresses(inputs, positions, addresses): see alias_guard.h"},
+    {"group_grads", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(group_grads)),
+     METH_FASTCALL, "group_grads(params, dtypes, device, state_dicts, state_lists): see grad_checks.h"},
     {nullptr, nullptr, 0, nullptr},
 };
 

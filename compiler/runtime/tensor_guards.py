@@ -39,10 +39,10 @@ from compiler.runtime import cpp_build
 
 SOURCE = Path(__file__).with_name("tensor_guards.cpp")
 # the parts it includes: FrozenReads (compiler/tracer/frozen.py), ClassLookups
-# (compiler/tracer/lookups.py) and AliasGuard (aliasing.py)
+# (compiler/tracer/lookups.py), AliasGuard (aliasing.py) and group_grads (compiler/optim/step.py)
 HEADERS = [
     Path(__file__).with_name(name)
-    for name in ("frozen_reads.h", "class_lookups.h", "alias_guard.h")
+    for name in ("frozen_reads.h", "class_lookups.h", "alias_guard.h", "grad_checks.h")
 ]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
 
@@ -154,6 +154,12 @@ def same_addresses_function() -> Callable | None:
     """The extension's `same_addresses` (compiler/runtime/cudagraphs.py), or None."""
     module = _load()
     return None if module is None else module.same_addresses
+
+
+def group_grads_function() -> Callable | None:
+    """The extension's `group_grads` (compiler/optim/step.py), or None without it."""
+    module = _load()
+    return None if module is None else module.group_grads
 
 
 def _load() -> ModuleType | None:

@@ -1,5 +1,6 @@
-// Included once, by tensor_guards.cpp, after alias_guard.h (it uses `impl_of`, `dtype_type`,
-// `device_type` and `checked_types` declared there; compiler/runtime/tensor_guards.py builds it).
+// Included once, by tensor_guards.cpp, after alias_guard.h: it uses that file's `impl_of` and
+// the shared state tensor_guards.cpp declares (`dtype_type`, `device_type`, `checked_types`);
+// compiler/runtime/tensor_guards.py builds it.
 #pragma once
 
 namespace {

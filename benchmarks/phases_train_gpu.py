@@ -70,7 +70,7 @@ def _instrument() -> None:
         (cudagraphs, "copy_many", "  runner copy_many"),
         (cudagraphs, "clone_many", "  runner clone_many"),
         (cudagraphs, "_moved", "  runner address checks"),
-        (autograd, "copy_many", "  forward write-back copy_many"),
+        (autograd._WriteBack, "__call__", "  forward write-back"),
         (autograd._GraphMemory, "of", "  saved: graph memory check"),
         (optim, "run_step", "optimizer step (inclusive)"),
         (optim_step, "_reuse", "  optimizer _reuse"),

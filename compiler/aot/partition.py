@@ -128,7 +128,7 @@ def partition(joint: JointGraph) -> Partition:
     mutated = [primals.index(c.args[0]) for c in copies]
     return Partition(
         AotGraph(forward[0], origins, lines, internal_from=num_outputs),
-        AotGraph(backward[0], origins, lines),
+        AotGraph(backward[0], origins, lines, gradients_out=True),
         saved,
         recomputed,
         num_outputs,

@@ -34,6 +34,10 @@ class AotGraph:
     # A training forward: its outputs from this position on are read by nothing but the
     # backward and this call's own write-back, so a CUDA graph may return its own memory.
     internal_from: int | None = None
+    # A training backward: its outputs are gradients for autograd's engine, which a CUDA
+    # graph hands out in its own memory (runtime/cudagraphs.py moves any still held out of
+    # it before the next replay).
+    gradients_out: bool = False
 
 
 def needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:

@@ -496,7 +496,7 @@ def _runner(
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
-        call = CudaGraphRunner(call, mutated, aot.internal_from)
+        call = CudaGraphRunner(call, mutated, aot.internal_from, aot.gradients_out)
 
     unflatten = unflattener(spec)
 

@@ -13,8 +13,12 @@ BatchNorm's running statistics in training) are written in place when static, an
 back from the static buffer otherwise.
 
 Outputs are returned as copies: the graph's own output memory is overwritten by the next
-replay. The exception is a training forward's internal outputs (`internal_from` on): the
-tensors only its backward reads. Those are returned in the graph's own memory, and the
+replay. There are two exceptions. A training backward's gradients (`hand_out` on) are handed
+to autograd as aliases of the graph's memory (`_HandedOut`): the engine puts them in `.grad`
+without a copy, and a `.grad` still held when the backward replays again (no zero_grad
+between two backward calls, a gradient the user kept) is moved to memory of its own first.
+A training forward's internal outputs (`internal_from` on) are the tensors only its
+backward reads. Those are returned in the graph's own memory, and the
 backward's graph is captured reading them where they are, so a training step copies none of
 its saved activations. Whoever keeps them past the next replay must copy them first
 (aot/autograd.py does, for a backward still pending). A later call that hands the backward
@@ -23,6 +27,7 @@ other memory than it was captured on runs the backward's kernels without the gra
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -66,8 +71,11 @@ class CudaGraphRunner:
         call: Callable[[list], Sequence[Any]],
         mutated: Sequence[int] = (),
         internal_from: int | None = None,
+        hand_out: bool = False,
     ):
         self.call = call
+        self.hand_out = hand_out
+        self.handed_outputs: _HandedOut | None = None
         self.mutated = set(mutated)
         self.internal_from = internal_from
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -82,6 +90,8 @@ class CudaGraphRunner:
         self.ungraphed_calls = 0
 
     def __call__(self, args: list) -> tuple:
+        if self.handed_outputs is not None:
+            self.handed_outputs.move_held()  # before anything below writes the graph's memory
         if self.graph is None or _moved(args, self.borrowed_at):
             self._capture(args)
         elif _moved(args, self.handed_at):
@@ -98,6 +108,9 @@ class CudaGraphRunner:
         copies = clone_many([outputs[i] for i in self.cloned])
         for i, c in zip(self.cloned, copies):
             outputs[i] = c
+        if self.handed_outputs is not None:
+            for i, alias in zip(self.handed_outputs.positions, self.handed_outputs.aliases):
+                outputs[i] = alias
         return tuple(outputs)
 
     def _capture(self, args: list) -> None:
@@ -129,11 +142,98 @@ class CudaGraphRunner:
             self.outputs = self.call(inputs)
         self.graph = graph
         self.captures += 1
+        if self.handed_outputs is not None:
+            self.handed_outputs.release()  # the old graph's memory stays with whoever holds it
         cut = len(self.outputs) if self.internal_from is None else self.internal_from
         self.cloned = [i for i, o in enumerate(self.outputs[:cut]) if isinstance(o, torch.Tensor)]
+        self.handed_outputs = _HandedOut.of(self.outputs, inputs) if self.hand_out else None
+        if self.handed_outputs is not None:
+            handed = set(self.handed_outputs.positions)
+            self.cloned = [i for i in self.cloned if i not in handed]
         if self.internal_from is not None:
             _handed_out.update(
                 o.data_ptr()
                 for o in self.outputs[self.internal_from :]
                 if isinstance(o, torch.Tensor)
             )
+
+
+class _HandedOut:
+    """A backward graph's outputs handed out as aliases of its own memory: each alias is a
+    tensor on a storage of its own (`torch.from_dlpack` of the output, which keeps the
+    output's memory alive) that the runner keeps from replay to replay.
+
+    Autograd's engine takes a gradient into `.grad` without copying it only when nothing else
+    holds the tensor; the runner's own reference is discounted by registering the aliases as
+    cached tensors (torch's mechanism for exactly this). `.grad` then shares the alias's
+    storage, so the storage's reference count says whether anything outside the runner still
+    holds the memory: `move_held` copies each such alias to fresh memory and swaps the
+    storages' memory (C++, graph_outputs.h), every view following, and makes a new alias for
+    the graph's output. Outputs that share memory with an input or with another output are
+    copied as before.
+
+    One difference from eager remains: a gradient still in graph memory cannot be resized
+    (`p.grad.resize_()` to a larger size raises; a moved one can)."""
+
+    def __init__(self, outputs: Sequence[Any], positions: list[int], moves: tuple):
+        self.outputs = outputs
+        self.positions = positions
+        self.aliases = [_alias(outputs[i]) for i in positions]
+        self.live_storages, self.adopt_storage = moves
+        self.moved = 0  # aliases moved out before a replay (a count the tests read)
+        # torch's cached-tensor registry keeps each alias's TensorImpl allocated until removed
+        weakref.finalize(self, _unregister, self.aliases)
+
+    @staticmethod
+    def of(outputs: Sequence[Any], inputs: Sequence[Any]) -> "_HandedOut | None":
+        moves = tensor_guards.storage_moves()
+        if moves is None:
+            return None
+        taken = {a.untyped_storage().data_ptr() for a in inputs if isinstance(a, torch.Tensor)}
+        seen: dict[int, int] = {}
+        for o in outputs:
+            if isinstance(o, torch.Tensor):
+                base = o.untyped_storage().data_ptr()
+                seen[base] = seen.get(base, 0) + 1
+        positions = [
+            i
+            for i, o in enumerate(outputs)
+            if type(o) is torch.Tensor
+            and o.numel() > 0
+            and (base := o.untyped_storage().data_ptr()) not in taken
+            and seen[base] == 1
+        ]
+        return _HandedOut(outputs, positions, moves) if positions else None
+
+    def release(self) -> None:
+        _unregister(self.aliases)
+
+    def move_held(self) -> None:
+        torch._C._set_cached_tensors_enabled(True)  # idempotent; something may turn it off
+        held = self.live_storages(self.aliases)
+        if held is None:  # not exact tensors: never the case for our own aliases
+            raise RuntimeError("CUDA graph outputs handed out are not plain tensors")
+        for k in held:
+            alias = self.aliases[k]
+            fresh = torch.empty_strided(
+                alias.shape, alias.stride(), dtype=alias.dtype, device=alias.device
+            )
+            fresh.copy_(alias)
+            self.adopt_storage(alias, fresh)  # the holders now read `fresh`'s memory
+            torch._C._remove_cached_tensor(alias)
+            self.aliases[k] = _alias(self.outputs[self.positions[k]])
+            self.moved += 1
+
+
+def _unregister(aliases: list[torch.Tensor]) -> None:
+    for alias in aliases:
+        torch._C._remove_cached_tensor(alias)
+    aliases.clear()
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    alias = torch.from_dlpack(t)
+    torch._C._set_cached_tensors_enabled(True)
+    torch._C._add_cached_tensor(alias)
+    _handed_out.add(alias.data_ptr())  # a graph captured on it (the optimizer's) reads it in place
+    return alias

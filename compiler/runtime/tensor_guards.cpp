@@ -17,7 +17,8 @@
 // The same extension holds `FrozenReads` (frozen_reads.h: a guard call skips re-reading
 // module attributes no write has touched), `ClassLookups` (class_lookups.h: nothing hides a
 // module's parameters, buffers and children read from its tables) and `AliasGuard`
-// (alias_guard.h: do a graph's mutated inputs share memory with another input), included
+// (alias_guard.h: do a graph's mutated inputs share memory with another input), and the
+// storage moves of gradients handed out in a CUDA graph's memory (graph_outputs.h), included
 // into this translation unit.
 
 #define PY_SSIZE_T_CLEAN
@@ -242,6 +243,7 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 #include "alias_guard.h"
 #include "frozen_reads.h"
 #include "class_lookups.h"
+#include "graph_outputs.h"
 #include "grad_checks.h"
 
 namespace {
@@ -249,6 +251,10 @@ namespace {
 PyMethodDef module_methods[] = {
     {"same_addresses", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(same_addresses)),
      METH_FASTCALL, "same_addresses(inputs, positions, addresses): see alias_guard.h"},
+    {"live_storages", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(live_storages)),
+     METH_FASTCALL, "live_storages(tensors): see graph_outputs.h"},
+    {"adopt_storage", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(adopt_storage)),
+     METH_FASTCALL, "adopt_storage(alias, fresh): see graph_outputs.h"},
     {"group_grads", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(group_grads)),
      METH_FASTCALL, "group_grads(params, dtypes, device, state_dicts, state_lists): see grad_checks.h"},
     {nullptr, nullptr, 0, nullptr},

@@ -39,10 +39,17 @@ from compiler.runtime import cpp_build
 
 SOURCE = Path(__file__).with_name("tensor_guards.cpp")
 # the parts it includes: FrozenReads (compiler/tracer/frozen.py), ClassLookups
-# (compiler/tracer/lookups.py), AliasGuard (aliasing.py) and group_grads (compiler/optim/step.py)
+# (compiler/tracer/lookups.py), AliasGuard (aliasing.py), the storage moves of cudagraphs.py
+# and group_grads (compiler/optim/step.py)
 HEADERS = [
     Path(__file__).with_name(name)
-    for name in ("frozen_reads.h", "class_lookups.h", "alias_guard.h", "grad_checks.h")
+    for name in (
+        "frozen_reads.h",
+        "class_lookups.h",
+        "alias_guard.h",
+        "graph_outputs.h",
+        "grad_checks.h",
+    )
 ]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
 
@@ -154,6 +161,15 @@ def same_addresses_function() -> Callable | None:
     """The extension's `same_addresses` (compiler/runtime/cudagraphs.py), or None."""
     module = _load()
     return None if module is None else module.same_addresses
+
+
+def storage_moves() -> tuple[Callable, Callable] | None:
+    """The extension's `live_storages` and `adopt_storage` (compiler/runtime/cudagraphs.py),
+    or None: without them a CUDA graph's outputs are returned as copies."""
+    module = _load()
+    if module is None:
+        return None
+    return module.live_storages, module.adopt_storage
 
 
 def group_grads_function() -> Callable | None:

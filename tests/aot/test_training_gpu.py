@@ -137,3 +137,64 @@ def test_reduce_overhead_saved_tensors_survive_a_second_forward(monkeypatch):
     sum(loss_of(model, *b) for b in batches).backward()
     sum(compiled(comp, *b) for b in batches).backward()
     assert_state_close(model, comp, "two forwards, one backward", atol=1e-4, rtol=1e-4)
+
+
+def test_reduce_overhead_gradients_in_graph_memory(monkeypatch):
+    """The backward's CUDA graph hands its gradients out in its own memory (no copy a step):
+    `.grad` is that memory while zero_grad runs between steps; gradients accumulated over
+    steps without zero_grad, and gradients the user kept, keep eager's values although the
+    graph replays into the same memory (they are moved out first); Adam reads them in place."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    from compiler.runtime import cudagraphs
+
+    handed = []
+    real_of = cudagraphs._HandedOut.of
+
+    def recording(outputs, inputs):
+        h = real_of(outputs, inputs)
+        handed.append(h)
+        return h
+
+    monkeypatch.setattr(cudagraphs._HandedOut, "of", staticmethod(recording))
+    model = _cnn()
+    comp = copy.deepcopy(model)
+
+    def loss_of(mod, x, y):
+        return F.cross_entropy(mod(x), y)
+
+    compiled = compiler.compile(loss_of, mode="reduce-overhead")
+
+    def batch():
+        return torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")
+
+    for _ in range(3):  # zero_grad between steps: .grad is the graph's memory, nothing moves
+        x, y = batch()
+        for m in (model, comp):
+            m.zero_grad(set_to_none=True)
+        loss_of(model, x, y).backward()
+        compiled(comp, x, y).backward()
+        assert_state_close(model, comp, "in turn", atol=1e-4, rtol=1e-4)
+    (h,) = [h for h in handed if h is not None]
+    graph_memory = {o.data_ptr() for o in h.outputs if isinstance(o, torch.Tensor)}
+    assert all(p.grad.data_ptr() in graph_memory for p in comp.parameters())
+    assert h.moved == 0
+    kept = [p.grad for p in comp.parameters()]
+    for _ in range(3):  # accumulate without zero_grad, as eager does
+        x, y = batch()
+        loss_of(model, x, y).backward()
+        compiled(comp, x, y).backward()
+        assert_state_close(model, comp, "accumulated", atol=1e-4, rtol=1e-4)
+    # eager adds into the kept tensors in place: so must we, in memory of their own now
+    assert all(k is p.grad for k, p in zip(kept, comp.parameters()))
+    assert not any(p.grad.data_ptr() in graph_memory for p in comp.parameters())
+    assert h.moved == len(kept)
+    opt_model = torch.optim.Adam(model.parameters())
+    opt_comp = torch.optim.Adam(comp.parameters())
+    step = compiler.compile(seed_000_train(opt_comp), mode="reduce-overhead")
+    eager_step = seed_000_train(opt_model)
+    for _ in range(3):
+        x, y = batch()
+        eager_step(model, (x, y))
+        step(comp, (x, y))
+        assert_state_close(model, comp, "Adam steps", atol=1e-4, rtol=1e-4)

@@ -2,7 +2,7 @@
 
 import torch
 
-from compiler.runtime.copies import clone_many, copy_many
+from compiler.runtime.copies import clone_many, copy_many, same_memory
 
 
 def _mixed():
@@ -31,12 +31,13 @@ def test_copy_many_converts_like_copy_():
     assert torch.equal(dsts[0], srcs[0].half()) and torch.equal(dsts[1], srcs[1].half())
 
 
-def test_copy_many_skips_copies_onto_the_same_memory():
-    t = torch.randn(4)
-    same = t.view(4)
-    before = t._version
-    copy_many([t, t], [t, same], maybe_same=True)
-    assert t._version == before  # nothing was written
+def test_same_memory_means_one_memory_laid_out_alike():
+    t = torch.randn(4, 4)
+    assert same_memory(t, t) and same_memory(t, t.view(4, 4))
+    assert not same_memory(t, t.clone())
+    assert not same_memory(t, t.t())  # same start, other strides
+    assert not same_memory(t, t.view(16))
+    assert not same_memory(t, t.view(torch.int32))
 
 
 def test_clone_many_is_clone():

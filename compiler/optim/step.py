@@ -36,6 +36,7 @@ from torch.optim.optimizer import _get_scalar_dtype
 from compiler import controls, records
 from compiler.optim.functional import FUNCTIONS, adam_step, sgd_step
 from compiler.optim.support import StepCall, why_eager
+from compiler.runtime import tensor_guards
 from compiler.runtime.static import is_static_address, mark_static_address
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class _GroupPlan:
     dtypes: tuple  # each one's dtype where it had a gradient, else None
     lists: tuple  # the tuple's params and state lists (empty without a gradient)
     state_dicts: list  # opt.state[p] of each parameter with a gradient
+    state_lists: tuple  # (key, its state tensors per parameter) of each non-empty state list
     structure: tuple  # what decides which state lists exist (momentum != 0, amsgrad)
     lr: torch.Tensor | None
 
@@ -122,15 +124,21 @@ class _StepPlan:
             t = by_index.get(index)
             params = tuple(group["params"])
             with_grad = set(map(id, t[0])) if t is not None else set()
+            lists = (t[0], *t[2 : 2 + len(_STATE_KEYS[fn])]) if t is not None else ()
             groups.append(
                 _GroupPlan(
                     group=group,
                     params_list=group["params"],
                     params=params,
                     dtypes=tuple(p.dtype if id(p) in with_grad else None for p in params),
-                    lists=(t[0], *t[2 : 2 + len(_STATE_KEYS[fn])]) if t is not None else (),
+                    lists=lists,
                     # .get: a lookup of opt.state (a defaultdict) would add empty states
                     state_dicts=[opt.state.get(p) for p in t[0]] if t is not None else [],
+                    state_lists=tuple(
+                        (key, tensors)
+                        for key, tensors in zip(_STATE_KEYS[fn], lists[1:])
+                        if tensors
+                    ),
                     structure=_structure(fn, group),
                     lr=t[2 + len(_STATE_KEYS[fn])] if t is not None else None,
                 )
@@ -160,8 +168,7 @@ def _reuse(opt: torch.optim.Optimizer, plan: _StepPlan) -> list[tuple] | None:
         or not all(map(operator.is_, state.values(), plan.state_values))
     ):
         return None
-    device, strided = plan.device, torch.strided
-    keys, hyper = _STATE_KEYS[plan.fn], _HYPER[plan.fn]
+    device, hyper = plan.device, _HYPER[plan.fn]
     tuples = []
     for index, (group, gp) in enumerate(zip(plan.param_groups, plan.groups)):
         params = group["params"]
@@ -173,31 +180,11 @@ def _reuse(opt: torch.optim.Optimizer, plan: _StepPlan) -> list[tuple] | None:
             or _structure(plan.fn, group) != gp.structure
         ):
             return None
-        grads = []
-        for p, dtype in zip(params, gp.dtypes):
-            g = p.grad
-            if g is None:
-                if dtype is not None:
-                    return None
-            elif (
-                dtype is None
-                or g.dtype is not dtype
-                or p.dtype is not dtype
-                or g.layout is not strided
-                or p.layout is not strided
-                or g.device != device
-                or p.device != device
-            ):
-                return None
-            else:
-                grads.append(g)
+        grads = _group_grads(params, gp, device)
+        if grads is None:
+            return None
         if not grads:
             continue
-        for key, tensors in zip(keys, gp.lists[1:]):
-            if tensors and not all(
-                map(operator.is_, map(dict.get, gp.state_dicts, repeat(key)), tensors)
-            ):
-                return None
         if device.type == "cuda" and plan.fn is adam_step and not group["capturable"]:
             return None  # set again, with its note, by _prepare_afresh
         lr = _lr_tensor(opt, index, group["lr"], device)
@@ -205,6 +192,47 @@ def _reuse(opt: torch.optim.Optimizer, plan: _StepPlan) -> list[tuple] | None:
             return None
         tuples.append((gp.lists[0], grads, *gp.lists[1:], lr, *hyper(opt, group)))
     return tuples
+
+
+def _group_grads(params: list, gp: _GroupPlan, device: torch.device) -> list | None:
+    """The gradients of a group's parameters where each parameter and gradient passes the
+    checks of `_prepare_afresh` as the plan found them (the same dtype, strided, on `device`),
+    the same parameters have gradients and each listed state tensor is still in its state
+    dict; None otherwise. An empty list (no gradient in the group) skips the state checks.
+    The extension's `group_grads` makes the same checks in one call (densenet121's 364
+    parameters: ~3.5x faster), where no torch function mode is active (its hooks would see
+    the reads) and for exact torch.Tensor and nn.Parameter only (it answers NotImplemented
+    for anything else, and the checks run here)."""
+    group_grads = tensor_guards.group_grads_function()
+    if group_grads is not None and not torch._C._is_torch_function_mode_enabled():
+        grads = group_grads(params, gp.dtypes, device, gp.state_dicts, gp.state_lists)
+        if grads is not NotImplemented:
+            return grads
+    strided = torch.strided
+    grads = []
+    for p, dtype in zip(params, gp.dtypes):
+        g = p.grad
+        if g is None:
+            if dtype is not None:
+                return None
+        elif (
+            dtype is None
+            or g.dtype is not dtype
+            or p.dtype is not dtype
+            or g.layout is not strided
+            or p.layout is not strided
+            or g.device != device
+            or p.device != device
+        ):
+            return None
+        else:
+            grads.append(g)
+    if not grads:
+        return grads
+    for key, tensors in gp.state_lists:
+        if not all(map(operator.is_, map(dict.get, gp.state_dicts, repeat(key)), tensors)):
+            return None
+    return grads
 
 
 class _Unsupported(Exception):

@@ -244,6 +244,7 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 #include "frozen_reads.h"
 #include "class_lookups.h"
 #include "graph_outputs.h"
+#include "grad_checks.h"
 
 namespace {
 
@@ -254,6 +255,8 @@ PyMethodDef module_methods[] = {
      METH_FASTCALL, "live_storages(tensors): see graph_outputs.h"},
     {"adopt_storage", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(adopt_storage)),
      METH_FASTCALL, "adopt_storage(alias, fresh): see graph_outputs.h"},
+    {"group_grads", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(group_grads)),
+     METH_FASTCALL, "group_grads(params, dtypes, device, state_dicts, state_lists): see grad_checks.h"},
     {nullptr, nullptr, 0, nullptr},
 };
 

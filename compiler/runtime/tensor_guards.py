@@ -39,11 +39,17 @@ from compiler.runtime import cpp_build
 
 SOURCE = Path(__file__).with_name("tensor_guards.cpp")
 # the parts it includes: FrozenReads (compiler/tracer/frozen.py), ClassLookups
-# (compiler/tracer/lookups.py), AliasGuard (aliasing.py) and the storage moves of
-# cudagraphs.py
+# (compiler/tracer/lookups.py), AliasGuard (aliasing.py), the storage moves of cudagraphs.py
+# and group_grads (compiler/optim/step.py)
 HEADERS = [
     Path(__file__).with_name(name)
-    for name in ("frozen_reads.h", "class_lookups.h", "alias_guard.h", "graph_outputs.h")
+    for name in (
+        "frozen_reads.h",
+        "class_lookups.h",
+        "alias_guard.h",
+        "graph_outputs.h",
+        "grad_checks.h",
+    )
 ]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
 
@@ -164,6 +170,12 @@ def storage_moves() -> tuple[Callable, Callable] | None:
     if module is None:
         return None
     return module.live_storages, module.adopt_storage
+
+
+def group_grads_function() -> Callable | None:
+    """The extension's `group_grads` (compiler/optim/step.py), or None without it."""
+    module = _load()
+    return None if module is None else module.group_grads
 
 
 def _load() -> ModuleType | None:

@@ -292,7 +292,9 @@ def _optimizer_reason(method: str, opt: torch.optim.Optimizer) -> str:
     if method == "zero_grad":
         return (
             "optimizer.zero_grad() runs in Python: it resets the parameters' .grad attributes, "
-            "which a graph does not hold; the next graph starts after it"
+            "which a graph does not hold; the next graph starts after it (torch's own "
+            "zero_grad with set_to_none=True runs as one loop over the parameters, "
+            "compiler/optim/zero_grad.py)"
         )
     return f"optimizer.{method}() runs in Python: torch.optim is not traced"
 

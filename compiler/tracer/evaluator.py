@@ -305,10 +305,14 @@ def _lookup(state: CodeState, pc: int, L: dict, G: dict) -> Entry | None:
 
 def call_from_python(ctx: CompileContext, target: Any, args: list, kwargs: dict) -> Any:
     """A call made for real at a graph break: user Python code goes back through the compiler,
-    and so does an optimizer step (compiler/optim)."""
+    and so does an optimizer step (compiler/optim); torch's zero_grad(set_to_none=True) runs
+    as one loop over the parameters (compiler/optim/zero_grad.py)."""
     step = optim.step_call(target, args, kwargs)
     if step is not None:
         return optim.run_step(ctx, step, run_function)
+    cleared = optim.zero_grad_call(target, args, kwargs)
+    if cleared is not None:
+        return optim.clear_grads(cleared)
     fn, full_args = _compilable(target, args)
     if fn is None:
         return target(*args, **kwargs)

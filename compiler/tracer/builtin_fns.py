@@ -199,9 +199,19 @@ def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
         if name in written:
             return written[name] is not None
     if isinstance(obj, (ObjVar, ConstVar)):
-        return hasattr(obj.value, name)
+        present = hasattr(obj.value, name)
+        if isinstance(obj, ObjVar) and obj.source is not None:
+            tx.guards.has_attr(obj.source, name, present, tx.builder.line)
+        return present
     if isinstance(obj, TensorVar):
-        return hasattr(obj.fake, name)
+        present = hasattr(obj.fake, name)
+        real = tx.builder.real_input(obj)
+        if real is not None and obj.source is not None and not hasattr(type(real), name):
+            # An attribute set on the tensor object itself, which its fake lacks.
+            if hasattr(real, name):
+                raise Break(f"hasattr()/getattr() of {name!r}, set on a tensor input itself")
+            tx.guards.has_attr(obj.source, name, False, tx.builder.line)
+        return present
     unwound = tx.unwound
     try:
         load_attr(tx, obj, name)

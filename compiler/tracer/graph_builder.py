@@ -76,6 +76,7 @@ class GraphBuilder:
         self.guards = guards
         self.inputs: list[TensorVar | SizeInput] = []
         self._input_by_id: dict[int, TensorVar] = {}
+        self._real_by_var: dict[int, torch.Tensor] = {}  # id(TensorVar) -> the real input
         self._keep_alive: list[torch.Tensor] = []
         self.user_stack: list[SourceLine] = []
         self.grad_enabled = torch.is_grad_enabled()
@@ -109,8 +110,13 @@ class GraphBuilder:
         var = TensorVar(node, fake, source)
         self.inputs.append(var)
         self._input_by_id[id(tensor)] = var
+        self._real_by_var[id(var)] = tensor
         self._keep_alive.append(tensor)
         return var
+
+    def real_input(self, var: TensorVar) -> torch.Tensor | None:
+        """The real tensor a graph input stands for (None for a value the graph computes)."""
+        return self._real_by_var.get(id(var))
 
     def size_input(self, name: str, source: str, value: torch.SymInt) -> torch.fx.Node:
         """A placeholder for a symbolic size, the first time a graph op uses it."""

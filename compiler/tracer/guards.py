@@ -145,6 +145,19 @@ class GuardSet:
             "ID_MATCH", source, f"{source} is {ref}", f"{source} is the same {label} object", line
         )
 
+    def has_attr(
+        self, source: str, name: str, present: bool, line: SourceLine | None = None
+    ) -> None:
+        """`hasattr(source, name)` answered `present` while tracing: an attribute set or
+        deleted on the object later must not reuse the branch taken for the old answer."""
+        self.add(
+            "HASATTR",
+            source,
+            f"hasattr({source}, {name!r}) is {present}",
+            f"{source} {'has' if present else 'has no'} attribute {name!r}",
+            line,
+        )
+
     def type_of(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
         ref = self._ref(type(obj), "type")
         self.add(

@@ -28,6 +28,7 @@ other memory than it was captured on runs the backward's kernels without the gra
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 import torch
@@ -190,17 +191,18 @@ class _HandedOut:
         if moves is None:
             return None
         taken = {a.untyped_storage().data_ptr() for a in inputs if isinstance(a, torch.Tensor)}
-        seen: dict[int, int] = {}
-        for o in outputs:
-            if isinstance(o, torch.Tensor):
-                base = o.untyped_storage().data_ptr()
-                seen[base] = seen.get(base, 0) + 1
+        bases = {
+            i: o.untyped_storage().data_ptr()
+            for i, o in enumerate(outputs)
+            if isinstance(o, torch.Tensor)
+        }
+        seen = Counter(bases.values())
         positions = [
             i
-            for i, o in enumerate(outputs)
-            if type(o) is torch.Tensor
-            and o.numel() > 0
-            and (base := o.untyped_storage().data_ptr()) not in taken
+            for i, base in bases.items()
+            if type(outputs[i]) is torch.Tensor
+            and outputs[i].numel() > 0
+            and base not in taken
             and seen[base] == 1
         ]
         return _HandedOut(outputs, positions, moves) if positions else None

@@ -94,14 +94,9 @@ def _prepare(backend: str) -> None:
     torch.compile imports its machinery when it wraps) so that the first call only compiles:
     torch's ShapeEnv imports its symbolic-shape machinery on first use (about 3 s on a
     CI-class CPU), the code generator's decomposition table collects every composite aten
-    op (about 0.5 s), and on a CUDA machine Triton's compile workers start."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    ShapeEnv()
+    op (about 0.5 s). On a CUDA machine Triton's compile workers start first, and the hashes
+    Triton's first compile needs are computed in the background meanwhile."""
     if backend == "inductor":
-        from compiler.aot.decompositions import decomposition_table
-
-        decomposition_table()
         from compiler.runtime import triton_launch
 
         if torch.cuda.is_available() and not triton_launch.INTERPRET:
@@ -109,6 +104,15 @@ def _prepare(backend: str) -> None:
 
             if compile_workers.wanted() > 0:
                 compile_workers.start()  # they import Triton while the first trace runs
+            triton_launch.prepare()
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    ShapeEnv()
+    if backend == "inductor":
+        from compiler.aot.decompositions import decomposition_table
+
+        decomposition_table()
+        import compiler.codegen.compile_fx  # noqa: F401 (0.1-0.2 s the first call would wait)
 
 
 def optimize(

@@ -5,9 +5,14 @@ holds the GIL, so compile threads take turns: on the H100's 16-core host, resnet
 kernels took 3.1 s of a 5 s cold start in 8 threads, each kernel 0.3-0.5 s alone. Workers
 are plain Python processes that import only Triton. They are started when `compile()` first
 wraps a function on a CUDA machine, so they start while the tracer runs. Each compiles a
-kernel, and its launcher, into Triton's on-disk cache from the specialisation the parent's
-JITFunction would compile (captured through Triton's `jit_cache_hook` without compiling); the
-parent's own compile of that kernel then finds both in the cache.
+kernel for the specialisation the parent sends:
+- "binary" requests (the default path, compiler/runtime/triton_binary.py): the cubin goes to
+  our cache, where the parent loads it for its own launcher. The parent compiles requests
+  from the same queue while the workers start, so a few kernels never wait for them.
+- "jit" requests (where kernels go through Triton's runtime): the kernel and its launcher go
+  to Triton's cache, from the specialisation the parent's JITFunction would compile
+  (captured through Triton's `jit_cache_hook` without compiling); the parent's own compile
+  then finds both there.
 
 Nothing depends on them: a worker that is missing, slow, or fails only leaves the parent to
 compile that kernel itself, as without workers.
@@ -22,9 +27,9 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]  # holds the `compiler` package
 DEADLINE_S = 300.0  # for one batch; a kernel takes well under a second
@@ -55,6 +60,8 @@ def constant(v):
         return tl.constexpr(listless(v["constexpr"]))
     return listless(v)
 
+from triton.runtime.cache import triton_key
+triton_key()  # Triton hashes its installation before its first compile: before "ready"
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     req = json.loads(line)
@@ -63,6 +70,13 @@ for line in sys.stdin:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         fn = getattr(module, req["name"])
+        if req["kind"] == "binary":  # into our cache, for the parent's own launcher
+            from compiler.runtime import triton_binary
+            with open(req["path"]) as f:
+                source = f.read()
+            triton_binary.compile_binary(fn, source, triton_binary.Spec.from_json(req["spec"]))
+            print(json.dumps({"ok": True}), flush=True)
+            continue
         data = json.loads(req["spec"])
         constexprs = {tuple(k): constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"])}
         attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
@@ -89,6 +103,9 @@ class Request:
     name: str  # the JITFunction's name in it
     spec: str  # Triton's specialisation data (JSON) for the compile the parent would do
     target: tuple  # (backend, arch, warp_size) of the parent's GPU
+    # "jit": into Triton's cache, with its launcher, for JITFunction; "binary": `spec` is a
+    # triton_binary.Spec, compiled into our cache
+    kind: str = "jit"
 
 
 class Pool:
@@ -107,26 +124,42 @@ class Pool:
             )
             for _ in range(size)
         ]
-        self.ready = [False] * size
+        # Set once a worker says it has imported Triton; the thread reading that line is the
+        # worker's only reader until then, compile_all's afterwards.
+        self.ready = [threading.Event() for _ in range(size)]
+        for proc, ready in zip(self.procs, self.ready):
+            threading.Thread(target=_await_ready, args=(proc, ready), daemon=True).start()
         self.lock = threading.Lock()  # one batch at a time: a worker's pipe has one reader
 
-    def compile_all(self, requests: list[Request]) -> list[str | None]:
+    def compile_all(
+        self, requests: list[Request], here: Callable[[int], None] | None = None
+    ) -> list[str | None]:
         """Compile every request; returns per request None on success or the error. Blocks
-        until each request is answered or every worker has gone."""
+        until each request is answered, or the workers have gone and the calling thread
+        does not compile. With `here`, the calling thread takes requests too and compiles
+        request k by calling here(k): a few kernels then compile at once, without waiting
+        for the workers to be ready."""
         todo: queue.Queue = queue.Queue()
         for k, r in enumerate(requests):
             todo.put((k, r))
         results: list[str | None] = ["not compiled by a worker"] * len(requests)
+        done = threading.Condition()
+        answered, serving = [0], [len(self.procs)]
+
+        def finish(k: int, result: str | None) -> None:
+            with done:
+                results[k] = result
+                answered[0] += 1
+                done.notify_all()
 
         def serve(w: int) -> None:
             proc = self.procs[w]
-            if proc.poll() is not None:
-                return
             try:
-                if not self.ready[w]:
-                    proc.stdout.readline()  # the worker says it has imported Triton
-                    self.ready[w] = True
-                while True:
+                # wait for the worker to be ready while there is work it could take
+                while not self.ready[w].wait(0.02):
+                    if todo.empty() or proc.poll() is not None:
+                        return
+                while proc.poll() is None:
                     try:
                         k, r = todo.get_nowait()
                     except queue.Empty:
@@ -135,11 +168,16 @@ class Pool:
                     proc.stdin.flush()
                     line = proc.stdout.readline()
                     if not line:  # the worker died: its request goes to the parent
+                        finish(k, "not compiled by a worker")
                         return
                     answer = json.loads(line)
-                    results[k] = None if answer.get("ok") else answer.get("error", "failed")
+                    finish(k, None if answer.get("ok") else answer.get("error", "failed"))
             except (OSError, ValueError):
                 return
+            finally:
+                with done:
+                    serving[0] -= 1
+                    done.notify_all()  # the caller may be waiting for the last one to end
 
         with self.lock:
             threads = [
@@ -148,21 +186,41 @@ class Pool:
             ]
             for t in threads:
                 t.start()
-            deadline = time.monotonic() + DEADLINE_S
-            for t in threads:
-                t.join(max(deadline - time.monotonic(), 0))
-            if any(t.is_alive() for t in threads):
+            while here is not None:
+                try:
+                    k, _ = todo.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    here(k)
+                    finish(k, None)
+                except Exception as exc:
+                    finish(k, repr(exc)[:300])
+            with done:
+                finished = done.wait_for(
+                    lambda: answered[0] == len(requests) or serving[0] == 0,
+                    timeout=DEADLINE_S,
+                )
+            if not finished:
                 # A worker stuck in a compile: end them all (their readers then see the pipes
                 # close); what they had not answered, the parent compiles.
                 self.close()
-                for t in threads:
-                    t.join()
+            for t in threads:
+                t.join()
         return results
 
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
+
+
+def _await_ready(proc: subprocess.Popen, ready: threading.Event) -> None:
+    try:
+        if proc.stdout.readline():  # the worker says it has imported Triton
+            ready.set()
+    except (OSError, ValueError):
+        pass
 
 
 _pool: Pool | None = None
@@ -178,9 +236,6 @@ def start(size: int | None = None) -> Pool | None:
         except OSError:  # no processes to be had: the parent compiles alone
             return None
         atexit.register(_pool.close)
-        # Triton's CUDA driver builds its own C module with the C compiler the first time
-        # it is used (about 1 s in a fresh cache): here, while the tracer runs.
-        threading.Thread(target=_init_driver, daemon=True).start()
     return _pool
 
 
@@ -188,15 +243,6 @@ def wanted() -> int:
     """How many workers: COMPILER_COMPILE_WORKERS (0: none, the parent compiles in threads),
     else one per core up to 16."""
     return int(os.environ.get("COMPILER_COMPILE_WORKERS", min(16, os.cpu_count() or 1)))
-
-
-def _init_driver() -> None:
-    try:
-        from triton.runtime import driver
-
-        driver.active.get_current_target()
-    except Exception:
-        pass  # the first compile meets the same error and reports it
 
 
 def pool() -> Pool | None:

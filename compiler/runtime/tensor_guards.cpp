@@ -18,8 +18,9 @@
 // module attributes no write has touched), `ClassLookups` (class_lookups.h: nothing hides a
 // module's parameters, buffers and children read from its tables) and `AliasGuard`
 // (alias_guard.h: do a graph's mutated inputs share memory with another input), and the
-// storage moves of gradients handed out in a CUDA graph's memory (graph_outputs.h), included
-// into this translation unit.
+// storage moves of gradients handed out in a CUDA graph's memory (graph_outputs.h), and the
+// launch of compiled Triton kernels through the CUDA driver (cuda_launch.h), included into
+// this translation unit.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -245,6 +246,7 @@ PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 #include "class_lookups.h"
 #include "graph_outputs.h"
 #include "grad_checks.h"
+#include "cuda_launch.h"
 
 namespace {
 
@@ -257,6 +259,8 @@ PyMethodDef module_methods[] = {
      METH_FASTCALL, "adopt_storage(alias, fresh): see graph_outputs.h"},
     {"group_grads", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(group_grads)),
      METH_FASTCALL, "group_grads(params, dtypes, device, state_dicts, state_lists): see grad_checks.h"},
+    {"cuda_load", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cuda_load)),
+     METH_FASTCALL, "cuda_load(cubin, name, shared, device): see cuda_launch.h"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -412,6 +416,12 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   }
   Py_INCREF(&LookupsType);
   if (PyModule_AddObject(module, "ClassLookups", reinterpret_cast<PyObject*>(&LookupsType)) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  Py_INCREF(&LaunchType);
+  if (!ready_launch_type() ||
+      PyModule_AddObject(module, "CudaLaunch", reinterpret_cast<PyObject*>(&LaunchType)) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -6,7 +6,8 @@ for a resnet's ~100 parameters that is most of a call's guard time. The extensio
 `FrozenReads` lets a call skip the checks of module attributes no write has touched since
 the last call that passed (compiler/tracer/frozen.py decides which). Its `ClassLookups`
 checks that no class attribute, property or `__dict__` entry hides what a guard reads from a
-module's tables (compiler/tracer/lookups.py).
+module's tables (compiler/tracer/lookups.py). It also loads and launches compiled Triton
+kernels through the CUDA driver (cuda_launch.h, used by compiler/runtime/triton_binary.py).
 
 It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
 compiling a user's function: a first compile must not wait for a C++ build. At runtime it is
@@ -49,6 +50,7 @@ HEADERS = [
         "alias_guard.h",
         "graph_outputs.h",
         "grad_checks.h",
+        "cuda_launch.h",
     )
 ]
 MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
@@ -176,6 +178,15 @@ def group_grads_function() -> Callable | None:
     """The extension's `group_grads` (compiler/optim/step.py), or None without it."""
     module = _load()
     return None if module is None else module.group_grads
+
+
+def cuda_launch_api() -> tuple[Callable, type] | None:
+    """The extension's `cuda_load` and `CudaLaunch` (compiler/runtime/triton_binary.py), or
+    None: without them Triton's own loader and launchers run the kernels."""
+    module = _load()
+    if module is None or not hasattr(module, "CudaLaunch"):
+        return None
+    return module.cuda_load, module.CudaLaunch
 
 
 def _load() -> ModuleType | None:

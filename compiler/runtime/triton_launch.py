@@ -4,9 +4,11 @@ disk)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -54,13 +56,15 @@ def candidate_configs(config: dict) -> list[dict]:
 class TritonKernel:
     """The object a wrapper line `name.run(*buffers)` calls.
 
-    The first launch for a pattern of pointer alignments goes through `JITFunction`, which
-    compiles (or finds) the kernel specialised for it; later launches call that compiled
-    kernel's launcher directly. Binding arguments and computing the specialisation key in
-    `JITFunction.run` costs tens of microseconds a launch, as much as a small kernel runs.
-    Triton specialises pointers on 16-byte alignment, so the alignment of every buffer is
-    part of the key: a view at an odd offset gets its own compiled kernel, never one that
-    assumes aligned loads."""
+    With Triton 3.6 and the C++ extension built, the kernel is compiled into our cache and
+    launched by the extension's `CudaLaunch` (compiler/runtime/triton_binary.py: no C module
+    built with gcc per kernel). Otherwise the first launch for a pattern of pointer
+    alignments goes through `JITFunction`, which compiles (or finds) the kernel specialised
+    for it, and later launches call that compiled kernel's launcher directly. Binding
+    arguments and computing the specialisation key in `JITFunction.run` costs tens of
+    microseconds a launch, as much as a small kernel runs. Triton specialises pointers on
+    16-byte alignment, so the alignment of every buffer is part of the key: a view at an odd
+    offset gets its own compiled kernel, never one that assumes aligned loads."""
 
     def __init__(self, fn: Any, kernel: KernelSource, mode: str | None, key: str):
         self.fn = fn
@@ -77,7 +81,15 @@ class TritonKernel:
             if tuned is not None:
                 self.config = tuned
                 self.autotune = False
-        self.launchers: dict[tuple[bool, ...], Callable] = {}
+        self.source = kernel.source
+        self.launchers: dict[tuple[bool, ...], Callable] = {}  # through Triton's runtime
+        # Launches through the C++ extension's CudaLaunch (compiler/runtime/triton_binary.py),
+        # by pointer alignment; `launch` is the last one used, tried first. `direct_off` says
+        # why this kernel is launched through Triton's runtime instead, None while it is not.
+        self.direct: dict[tuple[bool, ...], Callable] = {}
+        self.launch: Callable | None = None
+        self.direct_off = "Triton's interpreter runs it" if INTERPRET else direct_launch_off()
+        self.hooks = _launch_hooks() if self.direct_off is None else None
 
     def _tuned_path(self):
         return cache_dir() / "autotune" / f"{self.key}.json"
@@ -100,7 +112,28 @@ class TritonKernel:
             self._launch(args, self.config)
             return
         ptrs = [a.data_ptr() for a in args]
+        launch = self.launch
+        if launch is not None:
+            enter, exit_ = self.hooks
+            # False: a pointer aligned otherwise than the kernel was compiled for, no launch
+            if not (enter.calls or exit_.calls) and launch(_stream(), *ptrs):
+                return
+        self._run_slow(args, ptrs)
+
+    def _run_slow(self, args: Sequence[Any], ptrs: list[int]) -> None:
+        """A launch the fast path above did not make: the first for an alignment, or one with
+        Triton's launch hooks set (a profiler), which Triton's runtime calls."""
         aligned = tuple(p % 16 == 0 for p in ptrs)
+        if self.direct_off is None and not (self.hooks[0].calls or self.hooks[1].calls):
+            launch = self.direct.get(aligned)
+            if launch is None:
+                if self.autotune:
+                    self._tune(args)
+                launch = self._direct_launch([a.dtype for a in args], aligned)
+            if launch is not None:
+                self.launch = launch
+                launch(_stream(), *ptrs)
+                return
         launcher = self.launchers.get(aligned)
         if launcher is None:
             if self.autotune:
@@ -162,7 +195,44 @@ class TritonKernel:
         launcher: Triton builds one with the C compiler per kernel signature (0.1-0.3 s
         each), lazily at the first launch, one after another, unless built here in
         parallel (the first launch then finds it in Triton's cache)."""
+        aligned = (True,) * len(args_dtypes)
+        if self.direct_off is None and self._direct_launch(args_dtypes, aligned) is not None:
+            return
         self._warmup(args_dtypes)[(1, 1, 1)]  # indexing loads it and builds the launcher
+
+    def spec(self, args_dtypes: Sequence[torch.dtype], aligned: tuple[bool, ...]):
+        """What Triton compiles this kernel for, given its pointers' dtypes and alignment."""
+        from compiler.runtime.triton_binary import Spec, pointer_dtypes
+
+        blocks = tuple((k, v) for k, v in self.config.items() if k != "num_warps")
+        return Spec(
+            pointer_dtypes(args_dtypes), aligned, blocks, self.config["num_warps"], _target()
+        )
+
+    def _direct_launch(
+        self, args_dtypes: Sequence[torch.dtype], aligned: tuple[bool, ...]
+    ) -> Callable | None:
+        """The kernel compiled for these pointers (or found in our cache), loaded, and bound
+        into a CudaLaunch; None, with `direct_off` saying why, when anything in that fails:
+        Triton's runtime then compiles and launches it, and reports a real error itself."""
+        from compiler.runtime import tensor_guards, triton_binary
+
+        try:
+            binary = triton_binary.compile_binary(
+                self.fn, self.source, self.spec(args_dtypes, aligned)
+            )
+            load, launch_type = tensor_guards.cuda_launch_api()
+            device = torch.cuda.current_device()
+            function, *_ = load(binary.cubin, binary.name, binary.shared, device)
+            grid = self._grid(self.config)
+            launch = launch_type(function, grid, binary.num_warps, binary.shared, aligned)
+        except Exception as e:
+            self.direct_off = f"{type(e).__name__}: {e}"[:300]
+            return None
+        self.direct[aligned] = launch
+        if self.launch is None:
+            self.launch = launch
+        return launch
 
     def _warmup(self, args_dtypes: Sequence[torch.dtype]) -> Any:
         """Triton's compile (or cache lookup) of this kernel for pointers of these dtypes."""
@@ -234,6 +304,63 @@ def _launch_hooks() -> tuple[Any, Any] | None:
     return None
 
 
+def _stream() -> int:
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+
+
+_targets: dict[int, tuple[str, int, int]] = {}
+
+
+def _target() -> tuple[str, int, int]:
+    """The current GPU as Triton's GPUTarget takes it, without Triton's driver (whose first
+    use builds a C module with gcc)."""
+    device = torch.cuda.current_device()
+    if device not in _targets:
+        major, minor = torch.cuda.get_device_capability(device)
+        _targets[device] = ("cuda", major * 10 + minor, 32)
+    return _targets[device]
+
+
+@functools.lru_cache(maxsize=1)
+def direct_launch_off() -> str | None:
+    """Why kernels cannot be launched through the C++ extension's CudaLaunch in this
+    process, or None when they can."""
+    from compiler.runtime import tensor_guards, triton_binary
+
+    if os.environ.get("COMPILER_TRITON_LAUNCHER") == "triton":
+        return "COMPILER_TRITON_LAUNCHER=triton asks for Triton's runtime"
+    why = triton_binary.launchable_here()
+    if why is not None:
+        return why
+    if tensor_guards.cuda_launch_api() is None:
+        return f"the C++ extension is not loaded ({tensor_guards.status()})"
+    if _launch_hooks() is None:
+        return "Triton's launch hooks are not hook chains"
+    return None
+
+
+def prepare() -> None:
+    """What a CUDA process's first compile would wait for, started in the background when a
+    function is first wrapped: the hashes Triton's compile needs, or, where kernels go
+    through Triton's runtime, its CUDA driver, which builds a C module with the C compiler
+    the first time it is used (about 1 s in a fresh cache)."""
+    from compiler.runtime import triton_binary
+
+    if direct_launch_off() is None:
+        triton_binary.prepare_in_background()
+        return
+
+    def init_driver() -> None:
+        try:
+            from triton.runtime import driver
+
+            driver.active.get_current_target()
+        except Exception:
+            pass  # the first compile meets the same error and reports it
+
+    threading.Thread(target=init_driver, daemon=True).start()
+
+
 def _c_launch(run: Any) -> Callable | None:
     """The C function behind a compiled kernel's launcher object, when calling it directly
     is what the object itself would do: Triton 3.6's launcher layout, no scratch memory to
@@ -272,10 +399,62 @@ def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> N
         except Exception:
             pass
 
-    in_workers(kernels)
-    workers = int(os.environ.get("COMPILER_COMPILE_THREADS", min(8, os.cpu_count() or 1)))
-    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
-        list(pool.map(warm, kernels))
+    direct = [item for item in kernels if item[0].direct_off is None]
+    through_triton = [item for item in kernels if item[0].direct_off is not None]
+    compile_binaries(direct)
+    for item in direct:  # each loads its binary from our cache (milliseconds)
+        warm(item)
+    if through_triton:
+        in_workers(through_triton)
+        with ThreadPoolExecutor(max_workers=_threads()) as pool:
+            list(pool.map(warm, through_triton))
+
+
+def _threads() -> int:
+    return max(int(os.environ.get("COMPILER_COMPILE_THREADS", min(8, os.cpu_count() or 1))), 1)
+
+
+def compile_binaries(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:
+    """Compile into our cache the binaries of `kernels` (for aligned pointers) that are not
+    there: in the worker processes and in this thread together when the workers were
+    started, else in threads. What fails here is compiled again by the kernel's own warm-up,
+    which falls back to Triton's runtime and reports the error."""
+    from compiler.runtime import compile_workers, triton_binary
+
+    todo = []
+    for kernel, dtypes in kernels:
+        spec = kernel.spec(dtypes, (True,) * len(dtypes))
+        if triton_binary.cached(triton_binary.key(kernel.source, spec)) is None:
+            todo.append((kernel, spec))
+    if not todo:
+        return
+
+    def here(k: int) -> None:
+        kernel, spec = todo[k]
+        triton_binary.compile_binary(kernel.fn, kernel.source, spec)
+
+    workers = compile_workers.pool()
+    # The modules load_kernel imported the kernels from (registered under their names)
+    modules = [sys.modules.get(kernel.fn.fn.__module__) for kernel, _ in todo]
+    if workers is not None and None not in modules:
+        requests = [
+            compile_workers.Request(
+                module.__file__, module.__name__, kernel.name, spec.to_json(), spec.target,
+                kind="binary",
+            )
+            for module, (kernel, spec) in zip(modules, todo)
+        ]  # fmt: skip
+        workers.compile_all(requests, here=here)
+        return
+    with ThreadPoolExecutor(max_workers=_threads()) as pool:
+        list(pool.map(lambda k: _quietly(here, k), range(len(todo))))
+
+
+def _quietly(fn: Callable[[int], None], k: int) -> None:
+    try:
+        fn(k)
+    except Exception:
+        pass  # the kernel's own warm-up compiles it again and says why it fails
 
 
 def in_workers(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:

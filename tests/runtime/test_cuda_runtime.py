@@ -64,23 +64,19 @@ def test_fast_launch_matches_eager_over_many_calls():
         torch.testing.assert_close(compiled(x), f(x))
 
 
-def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypatch):
-    """Triton 3.6: a launch is the C launcher call alone; once a launch hook is added (what
-    a profiler does), launches go through Triton's launcher object, which calls it."""
-    import triton
+def test_launches_go_through_our_launcher_and_honour_launch_hooks(monkeypatch):
+    """Triton 3.6 with the C++ extension: kernels are launched by its CudaLaunch and Triton's
+    runtime builds no launcher; once a launch hook is added (what a profiler does), launches
+    go through Triton's runtime, which calls it, and come back when it is removed."""
     from triton import knobs
 
-    from compiler.runtime.triton_launch import TritonKernel
+    from compiler.runtime.triton_launch import TritonKernel, direct_launch_off
 
-    launchers = []
+    built = []
     original = TritonKernel._launcher
-
-    def recording(self, args):
-        launcher = original(self, args)
-        launchers.append(launcher.__name__)
-        return launcher
-
-    monkeypatch.setattr(TritonKernel, "_launcher", recording)
+    monkeypatch.setattr(
+        TritonKernel, "_launcher", lambda self, args: built.append(1) or original(self, args)
+    )
 
     def f(x):
         return torch.cos(x) * 3
@@ -89,8 +85,8 @@ def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypat
     x = torch.randn(1000, device="cuda")
     compiled = compile_fx(gm, [x])
     torch.testing.assert_close(compiled(x), f(x))
-    if triton.__version__.startswith("3.6"):
-        assert launchers == ["launch"]
+    assert direct_launch_off() is None, direct_launch_off()
+    assert built == []
     seen = []
     hook = seen.append
     knobs.runtime.launch_enter_hook.add(hook)
@@ -102,6 +98,46 @@ def test_launches_call_the_c_launcher_directly_and_honour_launch_hooks(monkeypat
     assert len(seen) == 1
     torch.testing.assert_close(compiled(x), f(x))
     assert len(seen) == 1
+
+
+COLD = """
+import torch, triton
+import compiler
+compiles = []
+real = triton.compile
+triton.compile = lambda *a, **k: compiles.append(1) or real(*a, **k)
+f = compiler.compile(lambda x, y: torch.sin(x) + torch.cos(y))
+x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+torch.testing.assert_close(f(x, y), torch.sin(x) + torch.cos(y))
+print(len(compiles))
+"""
+
+
+def test_a_cold_process_builds_no_c_module_and_a_warm_one_compiles_nothing(tmp_path):
+    """Kernels go from Triton's compile to our cache and our launcher: no launcher or driver
+    module built with gcc in Triton's cache, and a second process finds the binary."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ,
+        COMPILER_CACHE_DIR=str(tmp_path / "ours"),
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        PYTHONPATH=os.getcwd(),
+    )
+    env.pop("COMPILER_STRICT", None)
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", COLD], env=env, capture_output=True, text=True, timeout=300
+        )
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert runs[1].stdout.split()[-1] == "0"  # the warm process compiled nothing
+    assert list((tmp_path / "triton").rglob("*.so")) == []
+    assert len(list((tmp_path / "ours" / "cubins").glob("*.cubin"))) == 1
 
 
 def _model() -> torch.nn.Module:

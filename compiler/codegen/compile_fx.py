@@ -383,7 +383,7 @@ class _Compiled:
             loaded = {name: emitter.load(k, self.mode) for name, k in unique.items()}
         by_kernel_name = {k.name: name for name, k in kernels.items()}
         if emitter.language == "triton" and device.type == "cuda":
-            from compiler.runtime.triton_launch import warm_all
+            from compiler.runtime.triton_launch import launch_notes, warm_all
 
             warm_all(
                 [
@@ -392,6 +392,9 @@ class _Compiled:
                     if k.name in unique
                 ]
             )
+            for note in launch_notes(list(loaded.values())):
+                if note not in self.record.notes:
+                    self.record.notes.append(note)
         for name, k in kernels.items():
             if name not in loaded:
                 first = loaded[by_kernel_name[shared[k.name]]]

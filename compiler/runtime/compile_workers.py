@@ -61,7 +61,8 @@ def constant(v):
     return listless(v)
 
 from triton.runtime.cache import triton_key
-triton_key()  # Triton hashes its installation before its first compile: before "ready"
+triton_key()  # Triton hashes its installation before its first compile: before "ready",
+import triton.compiler.code_generator  # as it imports its code generator
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     req = json.loads(line)
@@ -180,6 +181,10 @@ class Pool:
                     done.notify_all()  # the caller may be waiting for the last one to end
 
         with self.lock:
+            # The calling thread's first request is its own before any worker can take it:
+            # a single kernel compiles at once, not after a round trip to a process whose
+            # first compile is colder than this one's.
+            mine = todo.get_nowait() if here is not None and requests else None
             threads = [
                 threading.Thread(target=serve, args=(w,), daemon=True)
                 for w in range(len(self.procs))
@@ -187,10 +192,13 @@ class Pool:
             for t in threads:
                 t.start()
             while here is not None:
-                try:
-                    k, _ = todo.get_nowait()
-                except queue.Empty:
-                    break
+                if mine is not None:
+                    (k, _), mine = mine, None
+                else:
+                    try:
+                        k, _ = todo.get_nowait()
+                    except queue.Empty:
+                        break
                 try:
                     here(k)
                     finish(k, None)

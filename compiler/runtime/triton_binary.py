@@ -139,7 +139,8 @@ _preparing = False
 def prepare_in_background() -> None:
     """Start what a first compile would otherwise wait for, in a thread: Triton's hash of
     its own installation (about 0.4 s, which `triton.compile` computes once per process
-    before its first compile) and ours."""
+    before its first compile), ours, and the import of Triton's code generator (0.1-0.2 s,
+    which `triton.compile` imports at its first use)."""
     global _preparing
     if _preparing:
         return
@@ -151,6 +152,7 @@ def prepare_in_background() -> None:
 
             triton_key()
             _toolchain()
+            import triton.compiler.code_generator  # noqa: F401
         except Exception:
             pass  # the first compile meets the same error and reports it
         finally:

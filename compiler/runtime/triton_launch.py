@@ -124,11 +124,13 @@ class TritonKernel:
         """A launch the fast path above did not make: the first for an alignment, or one with
         Triton's launch hooks set (a profiler), which Triton's runtime calls."""
         aligned = tuple(p % 16 == 0 for p in ptrs)
+        if self.autotune:  # max-autotune's first launch: configs timed on these buffers
+            self._tune(args)
+            self.direct.clear()  # the warm-up compiled the default config
+            self.launch = None
         if self.direct_off is None and not (self.hooks[0].calls or self.hooks[1].calls):
             launch = self.direct.get(aligned)
             if launch is None:
-                if self.autotune:
-                    self._tune(args)
                 launch = self._direct_launch([a.dtype for a in args], aligned)
             if launch is not None:
                 self.launch = launch
@@ -136,8 +138,6 @@ class TritonKernel:
                 return
         launcher = self.launchers.get(aligned)
         if launcher is None:
-            if self.autotune:
-                self._tune(args)
             launcher = self._launcher(args)
             self.launchers[aligned] = launcher
         launcher(args, ptrs)
@@ -230,7 +230,7 @@ class TritonKernel:
             self.direct_off = f"{type(e).__name__}: {e}"[:300]
             return None
         self.direct[aligned] = launch
-        if self.launch is None:
+        if self.launch is None and not self.autotune:  # a kernel to tune first stays slow
             self.launch = launch
         return launch
 
@@ -337,6 +337,24 @@ def direct_launch_off() -> str | None:
     if _launch_hooks() is None:
         return "Triton's launch hooks are not hook chains"
     return None
+
+
+def launch_notes(kernels: Sequence[TritonKernel]) -> list[str]:
+    """For a graph's inspection record: how its Triton kernels are launched, and each kernel
+    that could not be launched our way, with the reason."""
+    why = direct_launch_off()
+    if why is not None:
+        return [f"Triton kernels are launched by Triton's runtime: {why}"]
+    notes = [
+        "Triton kernels are compiled to cubins in the cache's cubins/ folder and launched "
+        "through the CUDA driver by the C++ extension (no launcher built with gcc)"
+    ]
+    notes += [
+        f"{k.name} is launched by Triton's runtime: {k.direct_off}"
+        for k in kernels
+        if k.direct_off is not None
+    ]
+    return notes
 
 
 def prepare() -> None:

@@ -100,6 +100,30 @@ def test_launches_go_through_our_launcher_and_honour_launch_hooks(monkeypatch):
     assert len(seen) == 1
 
 
+def test_max_autotune_tunes_at_the_first_call(tmp_path, monkeypatch):
+    """The warm-up compiles the default config ahead; the first call still times the
+    candidates on the real buffers, saves the fastest and runs it."""
+    from compiler.runtime.triton_launch import TritonKernel
+
+    tuned = []
+    original = TritonKernel._tune
+    monkeypatch.setattr(
+        TritonKernel, "_tune", lambda self, args: tuned.append(self.name) or original(self, args)
+    )
+
+    def f(x):
+        return torch.sin(x) * 2 + 1
+
+    compiled = compiler.compile(f, mode="max-autotune")
+    for _ in range(2):
+        x = torch.randn(1 << 20, device="cuda")
+        torch.testing.assert_close(compiled(x), f(x))
+    assert len(tuned) == 1
+    assert list((tmp_path / "cache" / "autotune").glob("*.json"))
+    notes = [n for g in compiler.inspect(compiled).graphs for n in g.notes]
+    assert any("through the CUDA driver" in n for n in notes), notes
+
+
 COLD = """
 import torch, triton
 import compiler

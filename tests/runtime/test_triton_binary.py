@@ -159,6 +159,18 @@ def test_the_parent_takes_requests_while_the_workers_start(kernel):
     assert helped, "the calling thread took none: a single kernel would wait for a worker"
 
 
+def test_a_single_kernel_is_compiled_by_the_parent_even_with_workers_ready(kernel):
+    path, _ = kernel
+    helped = []
+    pool = compile_workers.Pool(1)
+    try:
+        assert pool.ready[0].wait(120), "the worker never started"
+        assert pool.compile_all(_requests(path, (64,)), here=helped.append) == [None]
+    finally:
+        pool.close()
+    assert helped == [0]
+
+
 def test_a_failing_compile_in_the_parent_is_reported_for_that_request(kernel):
     path, _ = kernel
     request = compile_workers.Request(

@@ -166,6 +166,11 @@ def _paths(cache_key: str) -> tuple[Path, Path]:
     return folder / f"{cache_key}.cubin", folder / f"{cache_key}.json"
 
 
+def stored(cache_key: str) -> bool:
+    """Whether a binary is stored under `cache_key` (`cached` checks it when it is read)."""
+    return all(path.exists() for path in _paths(cache_key))
+
+
 def cached(cache_key: str) -> Binary | None:
     """The binary stored under `cache_key`, or None when there is none or it is unreadable
     (then it is compiled again and rewritten)."""

@@ -442,7 +442,9 @@ def compile_binaries(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]
     todo = []
     for kernel, dtypes in kernels:
         spec = kernel.spec(dtypes, (True,) * len(dtypes))
-        if triton_binary.cached(triton_binary.key(kernel.source, spec)) is None:
+        # Only whether it is there: each kernel's warm-up reads and checks it next, and
+        # compiles again one found damaged
+        if not triton_binary.stored(triton_binary.key(kernel.source, spec)):
             todo.append((kernel, spec))
     if not todo:
         return

@@ -106,6 +106,8 @@ assert compiles == [], "found in the cache: not compiled again"
 cubin = next((root / "cubins").glob("*.cubin"))
 cubin.write_bytes(cubin.read_bytes()[:100])  # truncated: not loaded, compiled again
 assert triton_binary.cached(triton_binary.key(source, spec())) is None
+assert triton_binary.stored(triton_binary.key(source, spec()))  # there, read as damaged
+assert not triton_binary.stored(triton_binary.key(source, spec(512)))
 assert triton_binary.compile_binary(fn, source, spec()) == binary
 assert compiles == [1]
 assert triton_binary.compile_binary(fn, source, spec(256)).cubin != binary.cubin

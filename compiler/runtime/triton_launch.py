@@ -191,10 +191,11 @@ class TritonKernel:
         return launch if c_launch is not None else launch_through_triton
 
     def warm(self, args_dtypes: Sequence[torch.dtype]) -> None:
-        """Compile ahead of the first launch (GPU only), and build the compiled kernel's
-        launcher: Triton builds one with the C compiler per kernel signature (0.1-0.3 s
-        each), lazily at the first launch, one after another, unless built here in
-        parallel (the first launch then finds it in Triton's cache)."""
+        """Compile ahead of the first launch (GPU only), for aligned pointers: our binary
+        loaded into a CudaLaunch, or, where kernels go through Triton's runtime, its
+        compiled kernel and the launcher Triton builds with the C compiler per kernel
+        signature (0.1-0.3 s each), lazily at the first launch, one after another, unless
+        built here in parallel (the first launch then finds it in Triton's cache)."""
         aligned = (True,) * len(args_dtypes)
         if self.direct_off is None and self._direct_launch(args_dtypes, aligned) is not None:
             return

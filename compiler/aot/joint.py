@@ -42,6 +42,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
 from compiler.aot.trace import AotGraph, origins_of, source_line_of, trace_forward
+from compiler.runtime.autocast import preserved
 from compiler.runtime.lazy_graphs import graph_module, lazy_graph_modules
 
 
@@ -336,7 +337,9 @@ def _trace_autograd(
     def joint(*args: torch.Tensor) -> tuple:
         primals, cotangents = args[:n], args[n:]
         origins = _BackwardOrigins()
-        with torch.enable_grad():
+        # the backward runs under the autocast state the forward started in, not one a
+        # `with torch.autocast` block left open at a graph break
+        with torch.enable_grad(), preserved():
             out = _OriginInterpreter(gm, origins).run(*primals)
         leaves, _ = tree_flatten(out)
         try:

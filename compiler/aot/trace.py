@@ -23,6 +23,7 @@ from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
 from compiler.aot.replay import trace_by_kind
 from compiler.records import SourceLine
+from compiler.runtime.autocast import preserved
 from compiler.runtime.lazy_graphs import lazy_graph_modules
 
 
@@ -103,7 +104,7 @@ def origins_of(aten_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[
 
 
 def _trace(fn, table: dict, example_inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
-    with fx_traceback.preserve_node_meta(), torch.no_grad(), lazy_graph_modules():
+    with fx_traceback.preserve_node_meta(), torch.no_grad(), lazy_graph_modules(), preserved():
         return make_fx(
             fn,
             decomposition_table=table,

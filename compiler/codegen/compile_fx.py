@@ -31,6 +31,7 @@ from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import lower
 from compiler.records import CompilerWarning, GraphRecord, KernelRecord, current_graph
+from compiler.runtime import autocast
 from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.runtime.cpp_build import CppCompileError
@@ -349,7 +350,7 @@ class _Compiled:
             )
         self._dump(aot, graph, sched, kernels, source)
         with self.stage("compile"):
-            call = self._load(emitter, sched, kernels, source, device)
+            call = autocast.outside(self._load(emitter, sched, kernels, source, device))
         self._records(sched, kernels, source)
         mutated = mutated_inputs(aot.gm)
         run = _runner(call, aot, self.mode, device, mutated)

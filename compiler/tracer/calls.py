@@ -28,6 +28,7 @@ from compiler.tracer.operations import (
 )
 from compiler.tracer.variables import (
     AttrCallVar,
+    AutocastExitVar,
     ConstVar,
     DictVar,
     ExceptionVar,
@@ -201,6 +202,9 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return call_method(tx, fn.obj, fn.name, args, kwargs)
     if isinstance(fn, GradExitVar):
         tx.builder.set_grad_enabled(fn.restore)
+        return ConstVar(None)
+    if isinstance(fn, AutocastExitVar):
+        tx.builder.set_autocast(fn.device_type, fn.before)
         return ConstVar(None)
     if isinstance(fn, ObjVar):
         return _call_object(tx, fn, args, kwargs)

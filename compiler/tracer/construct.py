@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from compiler.runtime import autocast
 from compiler.tracer import builtin_fns, calls, objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import is_simple_exception_class
@@ -17,9 +18,9 @@ from compiler.tracer.operations import (
     unpack_iterable,
 )
 from compiler.tracer.variables import (
+    AutocastVar,
     ExceptionVar,
     FunctionVar,
-    GradModeVar,
     ObjVar,
     PartialVar,
     TupleVar,
@@ -78,19 +79,19 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
 
 
 def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    """`torch.autocast(..., enabled=False)` while autocast is off (every entry guards that)
-    changes nothing: a context that keeps the grad mode. timm's efficientvit computes its
-    attention under one. Autocast switched on runs in Python."""
+    """`torch.autocast(...)` (or torch.cuda.amp.autocast, ...) with constant arguments: the
+    real object is made, which resolves them (the default dtype of the device, a device
+    without autocast switched off with torch's own warning), and the block becomes state
+    changes in the graph (compiler/runtime/autocast.py)."""
     if not all(is_python_constant(v) for v in (*args, *kwargs.values())):
         raise Break("torch.autocast with traced arguments runs in Python")
-    bound = inspect.signature(cls.__init__).bind(
-        None, *[as_python_constant(a) for a in args],
+    real = cls(
+        *[as_python_constant(a) for a in args],
         **{k: as_python_constant(v) for k, v in kwargs.items()},
-    )  # fmt: skip
-    bound.apply_defaults()
-    if bound.arguments.get("enabled") is False and not torch._C._is_any_autocast_enabled():
-        return GradModeVar(None)
-    raise Break("torch.autocast that switches autocast on or off runs in Python")
+    )
+    if real.device not in autocast.DEVICE_TYPES:
+        raise Break(f"torch.autocast on {real.device!r} runs in Python")
+    return AutocastVar(real.device, bool(real._enabled), real.fast_dtype)
 
 
 def is_skipped_module(module: str) -> bool:

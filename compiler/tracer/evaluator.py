@@ -30,6 +30,7 @@ from compiler.records import (
     GraphRecord,
     SourceLine,
 )
+from compiler.runtime import autocast
 from compiler.runtime.gc_pause import gc_paused
 from compiler.tracer import concrete
 from compiler.tracer.breaks import Unsupported
@@ -69,6 +70,10 @@ class Entry:
     rerun_on_error: bool = False
     # The keyword names a KW_NAMES in the graph's region set for the call the graph breaks at.
     break_kw_names: tuple | None = None
+    # The autocast state per device type the graph leaves, where it differs from the one at
+    # its start (a graph break inside a traced `with torch.autocast(...)` block): the
+    # compiled code runs no Python, so the state is applied after it.
+    end_autocast: dict | None = None
 
 
 @dataclass
@@ -236,6 +241,9 @@ def _bind(fn: types.FunctionType, args: tuple | list, kwargs: dict) -> dict[str,
 
 def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
     grad_at_entry = torch.is_grad_enabled()
+    # taken before the first graph that leaves autocast switched (a break inside a block)
+    autocast_at_entry = None
+    any_autocast_at_entry = torch._C._is_any_autocast_enabled()
 
     def call_real(target: Any, args: list, kwargs: dict) -> Any:
         return call_from_python(ctx, target, args, kwargs)
@@ -254,11 +262,15 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
                 if entry is None:
                     return _run_rest(frame, call_real)
             entry.record.hits += 1
+            if entry.end_autocast is not None and autocast_at_entry is None:
+                autocast_at_entry = autocast.snapshot()
             outputs = _run_graph(entry, L, frame) if entry.graph_fn is not None else ()
             if outputs is None:
                 return _run_rest(frame, _call_eagerly)
             if entry.end_grad is not None:
                 torch._C._set_grad_enabled(entry.end_grad)
+            if entry.end_autocast is not None:
+                autocast.restore(entry.end_autocast)
             if entry.kind == "return":
                 return entry.rebuild(L, frame.globals, outputs, frame)
             frame.locals, frame.stack = entry.rebuild(L, frame.globals, outputs, frame)
@@ -268,6 +280,11 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
         return r.value
     except BaseException:
         torch._C._set_grad_enabled(grad_at_entry)
+        # an exception out of a traced autocast block leaves the state it was entered with
+        if autocast_at_entry is not None:
+            autocast.restore(autocast_at_entry)
+        elif not any_autocast_at_entry and torch._C._is_any_autocast_enabled():
+            autocast.switch_off()  # an eager graph raised inside a block it opened
         raise
 
 
@@ -548,6 +565,11 @@ def _build_entry(
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
     rerun = tracer.covered and not _has_effects(gm)
     kw_names = end_frame.kw_names if result.kind == "break" else None
+    end_autocast = {
+        d: state
+        for d, state in builder.autocast.items()
+        if state != builder.autocast_at_start[d]
+    }
     return Entry(
         guards,
         fetch,
@@ -559,15 +581,16 @@ def _build_entry(
         entry_record,
         rerun,
         kw_names,
+        end_autocast or None,
     )
 
 
 def _has_effects(gm: torch.fx.GraphModule) -> bool:
-    """The graph changes state other than the grad mode: an input mutated in place, running
-    statistics updated."""
+    """The graph changes state other than the grad mode and autocast: an input mutated in
+    place, running statistics updated."""
     return any(
         n.op in ("call_function", "call_method")
-        and n.target is not torch._C._set_grad_enabled
+        and n.target not in (torch._C._set_grad_enabled, autocast.set_autocast)
         and is_node_impure(n)
         for n in gm.graph.nodes
     )

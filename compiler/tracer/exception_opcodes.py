@@ -10,6 +10,8 @@ from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import is_simple_exception_class
 from compiler.tracer.variables import (
+    AutocastExitVar,
+    AutocastVar,
     ConstVar,
     ExceptionVar,
     FunctionVar,
@@ -119,6 +121,16 @@ class ExceptionOpcodes:
             if ctx.enabled is not None:
                 self.builder.set_grad_enabled(ctx.enabled)
             self.push(frame, GradExitVar(prev))
+            self.push(frame, ConstVar(None))
+            return
+        if isinstance(ctx, AutocastVar):
+            if frame.code.instructions[frame.pc + 1].opname != "POP_TOP":
+                raise Break("`with torch.autocast(...) as name` runs in Python")
+            frame.stack.pop()
+            before = self.builder.autocast[ctx.device_type]
+            # the weight-cast cache stays off inside (compiler/runtime/autocast.py)
+            self.builder.set_autocast(ctx.device_type, (ctx.enabled, ctx.dtype, False))
+            self.push(frame, AutocastExitVar(ctx.device_type, before))
             self.push(frame, ConstVar(None))
             return
         enter, exit_ = self.python_context_methods(ctx)

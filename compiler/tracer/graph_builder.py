@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import operator
@@ -18,6 +19,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from compiler.records import ControlRecord, SourceLine
+from compiler.runtime import autocast
 from compiler.tracer.breaks import Break
 from compiler.tracer.fake_mode import TracerFakeMode
 from compiler.tracer.guards import GuardSet
@@ -35,7 +37,7 @@ from compiler.tracer.variables import (
 
 # Ops that mutate state: they stay in the graph even when nothing reads their result.
 _IMPURE_FUNCTIONS = {
-    operator.setitem, torch._C._set_grad_enabled,
+    operator.setitem, torch._C._set_grad_enabled, autocast.set_autocast,
     operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
     operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
     operator.ilshift, operator.irshift,
@@ -43,6 +45,13 @@ _IMPURE_FUNCTIONS = {
 
 
 _running_fake = contextvars.ContextVar("running_fake", default=False)
+
+
+@contextlib.contextmanager
+def _applied(states: dict):
+    with autocast.preserved():
+        autocast.restore(states)
+        yield
 
 
 class _QuietMetaErrors(logging.Filter):
@@ -80,6 +89,9 @@ class GraphBuilder:
         self._keep_alive: list[torch.Tensor] = []
         self.user_stack: list[SourceLine] = []
         self.grad_enabled = torch.is_grad_enabled()
+        # autocast per device type as the graph leaves it so far; the fake ops run under it
+        self.autocast_at_start = autocast.snapshot()
+        self.autocast = dict(self.autocast_at_start)
         self._names: set[str] = set()
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -201,7 +213,7 @@ class GraphBuilder:
     def run_fake(self, kind: str, target: Any, fake_args: list, fake_kwargs: dict) -> Any:
         token = _running_fake.set(True)
         try:
-            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
+            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled), self._autocast():
                 if kind == "call_method":
                     return getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 return target(*fake_args, **fake_kwargs)
@@ -228,6 +240,22 @@ class GraphBuilder:
         node = self.graph.call_function(torch._C._set_grad_enabled, (enabled,))
         self.annotate(node, None)
         self.grad_enabled = enabled
+
+    def set_autocast(self, device_type: str, state: tuple) -> None:
+        """Autocast for `device_type` switched to `state` (enabled, dtype, cache) from here
+        on in the graph."""
+        if state == self.autocast[device_type]:
+            return
+        node = self.graph.call_function(autocast.set_autocast, (device_type, *state))
+        self.annotate(node, None)
+        self.autocast[device_type] = state
+
+    def _autocast(self):
+        """The graph's autocast state where it differs from the real one (a block opened in
+        this graph): the fake ops then cast as the real ones will."""
+        if self.autocast == self.autocast_at_start:
+            return contextlib.nullcontext()
+        return _applied(self.autocast)
 
     def wrap_output(self, node: torch.fx.Node, value: Any) -> Var:
         if isinstance(value, torch.Tensor):

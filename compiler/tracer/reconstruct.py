@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from compiler.runtime.autocast import AutocastRestore
 from compiler.tracer.access import Local
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.guards import CompiledGuards, list_item
@@ -21,6 +22,8 @@ from compiler.tracer.objects import AttrWrites, mapping_base
 from compiler.tracer.shapes import is_symbolic
 from compiler.tracer.variables import (
     AttrCallVar,
+    AutocastExitVar,
+    AutocastVar,
     CellVar,
     ConstVar,
     DictVar,
@@ -159,6 +162,12 @@ class Emitter:
             return self.ref(GradRestore(v.restore), "exit")
         if isinstance(v, GradModeVar):
             return f"{self.ref(torch.set_grad_enabled, 'fn')}({v.enabled})"
+        if isinstance(v, AutocastExitVar):
+            return self.ref(AutocastRestore(v.device_type, v.before), "exit")
+        if isinstance(v, AutocastVar):
+            return self.ref(
+                torch.autocast(v.device_type, dtype=v.dtype, enabled=v.enabled), "autocast"
+            )
         if isinstance(v, NewObjectVar):
             fields = ", ".join(f"{k!r}: {self.expr(i)}" for k, i in v.fields.items())
             items = self.expr(v.items) if v.items is not None else "None"

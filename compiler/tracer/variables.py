@@ -155,6 +155,25 @@ class GradExitVar(Var):
 
 
 @dataclass(eq=False)
+class AutocastVar(Var):
+    """`torch.autocast(device_type, dtype, enabled, cache_enabled)` as a context, its
+    arguments resolved as torch.autocast resolves them."""
+
+    device_type: str
+    enabled: bool
+    dtype: torch.dtype
+
+
+@dataclass(eq=False)
+class AutocastExitVar(Var):
+    """The `__exit__` that BEFORE_WITH left on the stack for an autocast block: it switches
+    `device_type` back to `before` ((enabled, dtype, cache), compiler/runtime/autocast.py)."""
+
+    device_type: str
+    before: tuple
+
+
+@dataclass(eq=False)
 class NullVar(Var):
     """The NULL that PUSH_NULL / LOAD_GLOBAL / LOAD_ATTR push before a callable."""
 

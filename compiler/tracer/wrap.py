@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from compiler.runtime.autocast import DEVICE_TYPES, AutocastRestore
 from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
+    AutocastExitVar,
+    AutocastVar,
     ConstVar,
     DictVar,
     FunctionVar,
@@ -106,6 +109,21 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             line,
         )
         return GradExitVar(value.restore)
+    if isinstance(value, AutocastRestore):
+        # the exit of an autocast `with` block that an earlier entry entered
+        guards.type_of(source, value, line)
+        guards.constant(f"{source}.device_type", value.device_type, line)
+        guards.constant(f"{source}.before", value.before, line)
+        return AutocastExitVar(value.device_type, value.before)
+    if isinstance(value, torch.amp.autocast):
+        # made by an earlier entry, entered by this one: its resolved arguments are guarded
+        guards.type_of(source, value, line)
+        for name in ("device", "_enabled", "fast_dtype"):
+            guards.constant(f"{source}.{name}", getattr(value, name), line)
+        if value.device not in DEVICE_TYPES:
+            guards.identity(source, value, line)
+            return ObjVar(value, source)
+        return AutocastVar(value.device, bool(value._enabled), value.fast_dtype)
     if isinstance(
         value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)
     ) or callable(value):

@@ -62,9 +62,9 @@ def class_of(obj: Var) -> type | None:
     if isinstance(obj, DictVar):
         return obj.cls
     if isinstance(obj, ObjVar) and not isinstance(
-        obj.value, (type, types.ModuleType, torch.Tensor)
+        obj.held, (type, types.ModuleType, torch.Tensor)
     ):
-        return type(obj.value)  # (a tensor subclass's Python dunders are torch's, not traced)
+        return type(obj.held)  # (a tensor subclass's Python dunders are torch's, not traced)
     return None
 
 
@@ -275,7 +275,7 @@ def real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> V
 def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
     """The value the trace wrote to `obj.name` earlier (raising as a deleted one would), or
     _MISSING when the trace has not written it."""
-    writes = tx.attr_writes.get(id(obj.value))
+    writes = tx.attr_writes.get(id(obj.held))
     if writes is None or name not in writes.values:
         return _MISSING
     value = writes.values[name]
@@ -283,7 +283,7 @@ def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
         raise Raised(
             ExceptionVar(
                 AttributeError,
-                [ConstVar(f"'{type(obj.value).__name__}' object has no attribute '{name}'")],
+                [ConstVar(f"'{type(obj.held).__name__}' object has no attribute '{name}'")],
             )
         )
     return value
@@ -291,7 +291,7 @@ def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
 
 def write_attr(tx: Tracer, obj: ObjVar, name: str, value: Var | None) -> None:
     """Record `obj.name = value` (`del obj.name` for None) to replay after the graph."""
-    writes = tx.attr_writes.setdefault(id(obj.value), AttrWrites(obj))
+    writes = tx.attr_writes.setdefault(id(obj.held), AttrWrites(obj))
     if value is None and writes.values.get(name) is None:
         # deleting what the trace did not write: whether it exists is not guarded
         raise Break(f"del of attribute {name!r} of a {type(obj.value).__name__} runs in Python")

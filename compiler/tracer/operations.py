@@ -93,7 +93,7 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
     if isinstance(obj, TensorVar):
         return _tensor_attr(tx, obj, name)
     if isinstance(obj, ObjVar):
-        value = obj.value
+        value = obj.held  # its type decides; the object itself is pinned only where read
         if isinstance(value, torch.nn.Module):
             return module_attr(tx, obj, name)
         if isinstance(value, types.ModuleType):
@@ -256,7 +256,7 @@ def _class_attr(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
         attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
     ):
         raise Break(f"builtin method {cls.__name__}.{name} runs in Python")
-    value = getattr(obj.value, name) if isinstance(obj, ObjVar) else attr
+    value = getattr(obj.held, name) if isinstance(obj, ObjVar) else attr
     return _attr_value(tx, value, src, name)
 
 
@@ -281,7 +281,7 @@ def _module_member(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
 
 
 def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
-    value = obj.value
+    value = obj.held
     if isinstance(value, type):
         try:
             attr = inspect.getattr_static(value, name)
@@ -314,8 +314,10 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
 
 def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
     """object.__getattribute__ on a real object: what the trace wrote to it, data descriptors
-    of its class, its instance attributes, then its class's other attributes."""
-    value = obj.value
+    of its class, its instance attributes, then its class's other attributes. An instance
+    attribute is read through its source, whose guard checks it; an object guarded by its
+    type alone also gets a guard that the class's attribute is not shadowed."""
+    value = obj.held
     written = objects.written_attr(tx, obj, name)
     if objects.found(written):
         return written
@@ -334,6 +336,14 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
         raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
     if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
         raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
+    if obj.identity is not None and isinstance(instance_dict, dict):
+        tx.guards.add(
+            "HASATTR",
+            obj.source,
+            f"{name!r} not in {obj.source}.__dict__",
+            f"{obj.source}.{name} is its class's",
+            tx.builder.line,
+        )
     return _class_attr(tx, obj, cls, name, class_attr)
 
 
@@ -657,6 +667,10 @@ def is_same(a: Var, b: Var) -> bool:
     if a is b:
         return True
     if isinstance(a, (ConstVar, ObjVar)) and isinstance(b, (ConstVar, ObjVar)):
+        if isinstance(a, ConstVar) or isinstance(b, ConstVar):
+            # `x is None`: a constant is never an object the trace guards by type alone, so
+            # the answer holds for any such object and need not pin it (ObjVar.identity)
+            return _held(a) is _held(b)
         return a.value is b.value
     if isinstance(a, TensorVar) and isinstance(b, TensorVar):
         return a.node is b.node
@@ -665,6 +679,10 @@ def is_same(a: Var, b: Var) -> bool:
     if isinstance(a, NullVar) or isinstance(b, NullVar):
         return isinstance(a, NullVar) and isinstance(b, NullVar)
     return False
+
+
+def _held(v: ConstVar | ObjVar) -> Any:
+    return v.held if isinstance(v, ObjVar) else v.value
 
 
 def contains(tx: Tracer, container: Var, item: Var) -> bool:

@@ -9,6 +9,7 @@ and can be fetched again at run time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +41,28 @@ class ConstVar(Var):
 
 @dataclass(eq=False)
 class ObjVar(Var):
-    """A real object the trace reads but never mutates (modules, functions, classes, ...)."""
+    """A real object the trace reads but never mutates (modules, functions, classes, ...).
 
-    value: Any
+    `identity`, where set, is the guard that pins the object itself, added the first time
+    the trace reads `value`. An object made at run time (a model's output record, on the
+    stack after a graph break) is guarded by its type and by the attributes read through
+    its source (`held`, operations.object_getattribute), so that the next call's new
+    object reuses the entry; any other use of the object (compared, hashed, passed to
+    Python) reads `value` and pins it, as every object was pinned before."""
+
+    held: Any
     source: str | None = None
+    identity: Callable[[], None] | None = None
+
+    @property
+    def value(self) -> Any:
+        if self.identity is not None:
+            pin, self.identity = self.identity, None
+            pin()
+        return self.held
 
     def __repr__(self) -> str:
-        return f"ObjVar({type(self.value).__name__})"
+        return f"ObjVar({type(self.held).__name__})"
 
 
 @dataclass(eq=False)

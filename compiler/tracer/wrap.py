@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -129,8 +130,27 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
     ) or callable(value):
         guards.identity(source, value, line)
         return ObjVar(value, source)
+    if _made_at_run_time(value):
+        guards.type_of(source, value, line)
+        pin = functools.partial(guards.identity, source, value, line)
+        return ObjVar(value, source, identity=pin)
     guards.identity(source, value, line)
     return ObjVar(value, source)
+
+
+def _made_at_run_time(value: Any) -> bool:
+    """A plain instance of a Python class (a model's output record, a user's dataclass):
+    such objects are made anew by each call (returned from a call at a graph break), so a
+    guard on the object itself would fail on every call. They are guarded by type and by
+    what the trace reads of them (ObjVar.identity)."""
+    cls = type(value)
+    return (
+        isinstance(getattr(value, "__dict__", None), dict)
+        and cls.__module__ != "builtins"
+        and not any(
+            "__getattribute__" in k.__dict__ for k in cls.__mro__ if k.__module__ != "builtins"
+        )
+    )
 
 
 def _plain_mapping(value: dict) -> bool:

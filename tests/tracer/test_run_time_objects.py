@@ -1,0 +1,133 @@
+"""Objects made at run time (a model's output record returned by a call at a graph break, a
+user's dataclass) are guarded by their type and by what the trace reads of them, not by
+their identity: each call makes a new one, and an identity guard recompiled every call
+(GPT-2's training step recompiled at every step until the cache limit, then ran eagerly).
+What the trace decided from the object itself (`a is b` between objects, a class attribute
+an instance could shadow) is still guarded."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+import compiler
+from tests.tracer.helpers import RecordingBackend, assert_same
+
+
+@dataclass
+class Output:
+    loss: torch.Tensor
+    logits: torch.Tensor
+    cache: object = None
+
+
+class Record(OrderedDict):
+    """A ModelOutput-like record: a dict subclass with attributes too."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+class Scaled:
+    scale = 2.0
+
+
+def _model(x):
+    print("a graph break: the record below is made at run time")
+    return Output(loss=(x * 2).sum(), logits=x + 1)
+
+
+def uses_record(x):
+    out = _model(x)
+    if out.cache is None:
+        return out.loss * out.logits
+    return out.logits
+
+
+def uses_dict_record(x):
+    print("break")
+    r = Record(hidden=x * 3, extra=None)
+    print("break")
+    return r.hidden + 1 if r.extra is None else r.hidden
+
+
+def _entries(compiled):
+    return [e for f in compiler.inspect(compiled).functions for e in f.entries]
+
+
+def test_a_record_made_at_run_time_does_not_recompile(capsys):
+    backend = RecordingBackend()
+    compiled = compiler.compile(uses_record, backend=backend)
+    for _ in range(6):
+        x = torch.randn(5)
+        assert_same(uses_record(x), compiled(x))
+    reasons = [e.recompile_reason for e in _entries(compiled)]
+    assert reasons and all(r is None for r in reasons), reasons
+
+
+def test_a_dict_record_made_at_run_time_does_not_recompile(capsys):
+    compiled = compiler.compile(uses_dict_record)
+    for _ in range(5):
+        x = torch.randn(4)
+        assert_same(uses_dict_record(x), compiled(x))
+    assert all(e.recompile_reason is None for e in _entries(compiled))
+
+
+def test_identity_the_trace_used_is_still_guarded(capsys):
+    first, second = Output(torch.ones(1), torch.ones(1)), Output(torch.ones(1), torch.ones(1))
+    chosen = {"obj": first}
+
+    def pick():
+        print("break")
+        return chosen["obj"]
+
+    def same_as_first(x):
+        o = pick()
+        return x + 1 if o is first else x - 1
+
+    compiled = compiler.compile(same_as_first)
+    x = torch.zeros(2)
+    assert_same(same_as_first(x), compiled(x))
+    chosen["obj"] = second
+    assert_same(same_as_first(x), compiled(x))
+    chosen["obj"] = first
+    assert_same(same_as_first(x), compiled(x))
+
+
+def test_an_instance_attribute_shadowing_the_class_one_recompiles(capsys):
+    objs = [Scaled(), Scaled()]
+    objs[1].scale = 5.0
+
+    def make(i):
+        print("break")
+        return objs[i]
+
+    def scaled(x, i):
+        return x * make(i).scale
+
+    compiled = compiler.compile(scaled)
+    x = torch.ones(3)
+    for i in (0, 1, 0, 1):
+        assert_same(scaled(x, i), compiled(x, i))
+
+
+def test_attributes_written_between_calls_are_read_anew(capsys):
+    holder = Output(torch.zeros(1), torch.zeros(1))
+
+    def get():
+        print("break")
+        return holder
+
+    def read(x):
+        o = get()
+        return x * o.loss + o.logits
+
+    compiled = compiler.compile(read)
+    for v in (1.0, 2.0, 3.0):
+        holder.loss, holder.logits = torch.full((1,), v), torch.full((1,), -v)
+        x = torch.randn(3)
+        assert_same(read(x), compiled(x))

@@ -44,7 +44,7 @@ class Inspector:
             title=title, report=None, target=target, compare_torch=compare_torch
         )
         self._load()
-        self._key = structure_key(self.state.report)
+        self._key = self._drawn_key()
         self.stale = False
         self.handle = None  # the DisplayHandle when shown by the magic, to refresh the HTML twin
         self.header = widgets.HTML(self._header_html())
@@ -85,11 +85,21 @@ class Inspector:
         for view in self.views:
             view.update(self.state)
 
+    def _drawn_key(self) -> tuple:
+        """What the tabs draw: the report's structure, and the user's call count (the Timing
+        tab shows their calls' times)."""
+        target = self.state.target
+        return (structure_key(self.state.report), target.calls if target is not None else 0)
+
+    def calls_changed(self) -> bool:
+        target = self.state.target
+        return target is not None and target.calls != self._key[1]
+
     def refresh(self, force: bool = False) -> bool:
         """Fetch the report again; redraw if anything drawn changed. Returns whether it did."""
         self.stale = False
         self._load()
-        key = structure_key(self.state.report)
+        key = self._drawn_key()
         if key == self._key and not force:
             return False
         self._key = key
@@ -154,7 +164,7 @@ def mark_stale(_record: Any = None) -> None:
 
 def refresh_stale(*_args: Any) -> None:
     for inspector in list(_LIVE):
-        if inspector.stale:
+        if inspector.stale or inspector.calls_changed():
             try:
                 inspector.refresh()
             except Exception:  # one broken view must not break the user's next cell

@@ -147,13 +147,16 @@ def table(
     for row in rows:
         tds = "".join(
             '<td style="padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; '
-            f'text-align: left;{MONO if i in mono else ""}">{cell(v)}</td>'
+            f'text-align: left; overflow-wrap: anywhere;{MONO if i in mono else ""}">{cell(v)}</td>'
             for i, v in enumerate(row)
         )
         body.append(f"<tr>{tds}</tr>")
+    # Long cells (a guard's expression) wrap, and a table still too wide scrolls inside its
+    # own box: the output area clips whatever passes its right edge.
     return (
-        f'<table style="border-collapse: collapse; margin: 4px 0;"><thead><tr>{th}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        '<div class="jc-table" style="max-width: 100%; overflow-x: auto;">'
+        '<table style="border-collapse: collapse; margin: 4px 0; max-width: 100%;">'
+        f"<thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 

@@ -115,7 +115,7 @@ class CompileMagics(Magics):
         run.compiled[name] = target
         return target.callable
 
-    @magic_arguments()
+    @magic_arguments("%compile")  # shown as `%%compile` by `%%compile?` (IPython adds a %)
     @argument(
         "--backend",
         "-b",
@@ -222,7 +222,7 @@ class CompileMagics(Magics):
         args, kwargs = eval(compile(expr, "<%explain>", "eval"), ns, helper)
         return fn, args, kwargs, fn_expr
 
-    @magic_arguments()
+    @magic_arguments("explain")
     @argument("-o", "--output", action="store_true", help="return the ExplainOutput object")
     @line_magic("explain")
     def explain_line(self, line: str) -> Any:

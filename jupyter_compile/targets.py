@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 import compiler
+from compiler.controls import is_compiling
 from compiler.records import CompiledReport
 from jupyter_compile.calls import CallLog, on_cuda
 from jupyter_compile.progress import CompileProgress, SignatureLog, call_signature
@@ -114,9 +115,11 @@ class FunctionTarget(Target):
         self.callable = self._wrapper()
 
     def _wrapper(self) -> Callable:
-        target, compiled = self, self.compiled
+        target, compiled, original = self, self.compiled, self.original
 
         def compiled_call(*args, **kwargs):
+            if is_compiling():  # traced from a compiled caller: trace the user's function
+                return original(*args, **kwargs)
             return target._run(compiled, args, kwargs)
 
         try:
@@ -174,8 +177,11 @@ class ModuleClassTarget(Target):
         target = self
 
         def forward(module, *args, **kwargs):
+            if is_compiling():  # traced from a compiled caller: trace the user's forward
+                return user_forward(module, *args, **kwargs)
             return target.call(module, args, kwargs)
 
+        user_forward = self.forward
         functools.update_wrapper(forward, self.forward)
         forward.__jupyter_compile__ = self
         self.cls.forward = forward

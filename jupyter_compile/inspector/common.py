@@ -17,6 +17,7 @@ from compiler.records import (
     KernelRecord,
     SourceLine,
 )
+from jupyter_compile.sources import line_where, user_lines
 
 if TYPE_CHECKING:
     from jupyter_compile.targets import Target
@@ -129,10 +130,11 @@ def in_function(fn: FunctionRecord, line: SourceLine) -> bool:
 
 
 def unique_lines(lines: list[SourceLine]) -> list[SourceLine]:
-    """Each user line once, in order (a kernel fusing four nodes of one line lists it once)."""
+    """Each user line once, in order (a kernel fusing four nodes of one line lists it once);
+    lines of jupyter_compile's own wrappers are not the user's and are left out."""
     seen: set[tuple[str, int]] = set()
     out = []
-    for line in lines:
+    for line in user_lines(lines):
         if (line.filename, line.lineno) not in seen:
             seen.add((line.filename, line.lineno))
             out.append(line)
@@ -140,7 +142,7 @@ def unique_lines(lines: list[SourceLine]) -> list[SourceLine]:
 
 
 def where(line: SourceLine) -> str:
-    return f"{line.filename}:{line.lineno}"
+    return line_where(line)
 
 
 def structure_key(report: CompiledReport | None) -> tuple:

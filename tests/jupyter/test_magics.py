@@ -48,6 +48,10 @@ def test_magic_help_comes_from_the_argument_definitions(shell) -> None:
     for option in ("--backend", "--mode", "--fullgraph", "--dynamic", "--compare", "--no-inspect"):
         assert option in doc
     assert "-o" in shell.find_line_magic("explain").__doc__
+    # under the names users type (`%%compile?`, `%explain?`), not the methods' names
+    assert "%%compile [--backend" in doc and "compile_cell" not in doc
+    explain = shell.find_line_magic("explain").__doc__
+    assert "%explain [-o]" in explain and "explain_line" not in explain
 
 
 def test_functions_are_compiled_before_later_calls_in_the_same_cell(shell, fake) -> None:

@@ -24,6 +24,10 @@ from pygments.lexers import CppLexer, PythonLexer, TextLexer
 SHADES = ["#dff0d8", "#d9edf7", "#fcf8e3", "#f2dede", "#e8e0f5", "#e0f2f1", "#fde8d7", "#eeeeee"]
 BREAK_COLOR = "#c9302c"
 MONO = "font-family: SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px;"
+_CODE_LINE = (
+    f"{MONO} white-space: pre; margin: 0; padding: 0; border: 0; background: none; "
+    "line-height: inherit; overflow: visible;"
+)
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,10 @@ def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) 
             f'<tr class="jc-line" data-line="{lineno}"{title} style="{bg}">'
             f'<td style="{MONO} color: #999; text-align: right; width: 1%; padding: 0 8px; '
             f'user-select: none; {border}">{lineno}</td>'
-            f'<td style="{MONO} white-space: pre; text-align: left; padding: 0 6px;">'
-            f"{line_html or ' '}</td>"
+            # <pre>, not only `white-space: pre`: HTML tools that re-parse the markup (nbconvert's
+            # export runs it through BeautifulSoup) collapse leading spaces outside <pre>.
+            f'<td style="text-align: left; padding: 0 6px;"><pre style="{_CODE_LINE}">'
+            f"{line_html or ' '}</pre></td>"
             f'<td class="jc-tags" style="{MONO} color: #777; font-size: 11px; text-align: right; '
             f'padding: 0 6px;">{" ".join(esc(t) for t in mark.tags)}</td></tr>'
         )

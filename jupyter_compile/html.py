@@ -24,6 +24,8 @@ from pygments.lexers import CppLexer, PythonLexer, TextLexer
 SHADES = ["#dff0d8", "#d9edf7", "#fcf8e3", "#f2dede", "#e8e0f5", "#e0f2f1", "#fde8d7", "#eeeeee"]
 BREAK_COLOR = "#c9302c"
 MONO = "font-family: SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px;"
+# A long expression (a guard's) may break anywhere, so that the table fits its output area.
+_MONO_CELL = f"{MONO} overflow-wrap: anywhere;"
 _CODE_LINE = (
     f"{MONO} white-space: pre; margin: 0; padding: 0; border: 0; background: none; "
     "line-height: inherit; overflow: visible;"
@@ -153,7 +155,7 @@ def table(
     for row in rows:
         tds = "".join(
             '<td style="padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; '
-            f'text-align: left; overflow-wrap: anywhere;{MONO if i in mono else ""}">{cell(v)}</td>'
+            f'text-align: left;{_MONO_CELL if i in mono else ""}">{cell(v)}</td>'
             for i, v in enumerate(row)
         )
         body.append(f"<tr>{tds}</tr>")

@@ -189,6 +189,14 @@ class CompileMagics(Magics):
             inspector.run_timing()
         except Exception as exc:
             message(f"timing {name} failed: {type(exc).__name__}: {exc}", "error")
+            return
+        blocked = inspector.state.timing.blocked if inspector.state.timing else None
+        if blocked is not None:
+            message(
+                f"{name} was not re-run for --compare: timing needs a side-effect-free call, "
+                f"and {blocked}; the Timing tab shows the calls you made",
+                "warning",
+            )
 
     # -- %explain -------------------------------------------------------------------------------
 

@@ -122,3 +122,17 @@ def test_run_timing_measures_real_cpp_kernels(profiler) -> None:
     # every kernel ran inside the profiled call: together they fit in its time
     timed = {k.name: k.measured_ms for k in report.kernels if k.measured_ms is not None}
     assert 0 < sum(timed.values()) <= result.profiled_call_ms
+
+
+@pytest.mark.gpu
+def test_the_users_gpu_calls_are_timed_with_events_without_a_sync() -> None:
+    from jupyter_compile.calls import CallLog, on_cuda
+
+    x = torch.randn(1 << 16, device="cuda")
+    log = CallLog()
+    assert on_cuda((x,), {})
+    for _ in range(4):
+        log.call(torch.sin, (x,), {}, cuda=True, compiling=False)
+    torch.cuda.synchronize()
+    samples = log.samples_ms()
+    assert len(samples) == 4 and all(0 < s < 1000 for s in samples)

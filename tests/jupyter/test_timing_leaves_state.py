@@ -95,6 +95,7 @@ def test_a_training_step_advances_the_optimizer_only_by_the_users_calls(shell) -
     assert len(result.measurements[0].samples_ms) == 4
     html = inspector(shell, "train_step").static_html()
     assert "timing needs a side-effect-free call" in html
+    assert "train_step was not re-run for --compare" in out.texts()
 
     click_run_timing(shell, "train_step")
     params, steps, _ = _state(shell)
@@ -172,3 +173,24 @@ def test_the_users_calls_are_timed_without_re_running(shell) -> None:
     view = inspector(shell, "g")
     assert "compiled, your calls" in view.static_html()  # 5 calls after the compiling one
     assert len(view.state.target.call_log.samples_ms()) == 5
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_timing_leaves_the_argument_and_the_cuda_random_stream(shell) -> None:
+    out = run(
+        shell,
+        "%%compile --compare eager\n"
+        "def bump_(x):\n"
+        "    x.add_(1)\n"
+        "    return x + torch.rand_like(x)\n"
+        "t = torch.zeros(1024, device='cuda')\n"
+        "bump_(t)\n"
+        "bump_(t)\n"
+        "state = torch.cuda.get_rng_state()\n",
+    )
+    assert out.result.success, out.stdout + out.stderr
+    assert shell.user_ns["t"].eq(2).all()  # the two calls in the cell, no more
+    assert torch.equal(torch.cuda.get_rng_state(), shell.user_ns["state"])
+    result = inspector(shell, "bump_").state.timing
+    assert labels(shell, "bump_") == ["eager", "compiled", timing.USER_CALLS_LABEL]
+    assert result.device == "cuda" and len(result.measurements[2].samples_ms) == 1

@@ -128,7 +128,9 @@ def render(state: InspectorState, badges: bool = True) -> str:
     if report is None or not report.functions:
         return note(
             state.error
-            or f"{state.title} has not been called yet: call it to compile and fill this view."
+            or f"{state.title} has not been called yet: call it to compile and fill this view. "
+            "(Called from inside another compiled function, it is traced into that one's graphs "
+            "and shows in its inspector.)"
         )
     refs = graph_refs(report)
     parts = [summary_badges(report) if badges else "", _legend(refs)]

@@ -57,6 +57,8 @@ def test_a_compiled_module_class_calling_another_shows_no_frame_of_ours(shell) -
     assert not report.functions[0].breaks  # the blocks' forwards are traced into one graph
     assert report.graphs[0].op_count >= 4
     assert not OWN.search(out.html()) and "targets.py" not in out.html()
+    # Block was only called inside MLP: its inspector says where its calls went
+    assert "traced into that one" in inspectors(shell)["Block"].static_html()
 
 
 def test_a_compiled_function_called_from_another_is_traced_not_broken_on(shell) -> None:

@@ -157,6 +157,15 @@ class GraphRecord:
 
 
 @dataclass
+class SideEffect:
+    """Something running an entry changes besides returning its value (tracer/effects.py)."""
+
+    kind: str  # "tensor_write", "container", "attribute", "cell", "python", "opaque"
+    target: str  # the source changed, e.g. "L['x']", "G['log']"; "" when nothing outside
+    detail: str  # readable, e.g. "add_ writes L['x']"
+
+
+@dataclass
 class EntryRecord:
     """One cache entry: a graph (possibly empty) run from instruction `start_line` on,
     valid while its guards hold, ending at a return or a graph break."""
@@ -171,6 +180,8 @@ class EntryRecord:
     compile_time_s: float = 0.0
     hits: int = 0
     controls: list[ControlRecord] = field(default_factory=list)  # what the user steered
+    # What a run of the entry changes besides its result; empty: it only reads and returns.
+    side_effects: list[SideEffect] = field(default_factory=list)
 
 
 @dataclass

@@ -10,6 +10,10 @@ which rebinds the name to the compiled version before the next statement runs, s
 in the same cell already go through the compiler. The inserted statement takes the line
 number of the definition's last line, so tracebacks and `inspect.getsource` still see the
 cell exactly as typed; the hook receives the final object, after every decorator ran.
+
+IPython files the inner run's code under the execution count, which the `%%compile` cell
+itself already advanced: for the inner run the count is the `%%compile` cell's own number, so
+tracebacks and the views say `In [12]` for a function defined in In [12].
 """
 
 from __future__ import annotations
@@ -64,9 +68,16 @@ def run_transformed(shell: Any, cell: str, hook: Callable[[Any, str], Any]) -> A
     previous = shell.user_ns.get(HOOK_NAME)
     shell.user_ns[HOOK_NAME] = hook
     shell.user_ns_hidden[HOOK_NAME] = hook
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    # The latest name filed is the running cell's (the one holding %%compile).
+    own_number = list(names.values())[-1] if isinstance(names, dict) and names else None
+    count = shell.execution_count
+    if isinstance(own_number, int):
+        shell.execution_count = own_number  # what IPython files the inner code under
     try:
         return shell.run_cell(cell, store_history=False)
     finally:
+        shell.execution_count = count
         if transformer in shell.ast_transformers:
             shell.ast_transformers.remove(transformer)
         if had_hook:

@@ -12,10 +12,12 @@ from typing import Any
 
 from compiler.records import CompiledReport, GraphBreak, SourceLine
 from jupyter_compile.html import badge, details, esc, heading, highlight, note, table
+from jupyter_compile.sources import line_where, user_frames
 
 
 def _lines(stack: Any) -> list[SourceLine]:
-    """A break's user stack as SourceLines (ours, or traceback.FrameSummary-like objects)."""
+    """A break's user stack as SourceLines (ours, or traceback.FrameSummary-like objects),
+    jupyter_compile's own frames left out."""
     out = []
     for frame in stack or []:
         if isinstance(frame, SourceLine):
@@ -29,7 +31,7 @@ def _lines(stack: Any) -> list[SourceLine]:
                     getattr(frame, "name", ""),
                 )
             )
-    return out
+    return user_frames(out)
 
 
 def _break_rows(out: Any) -> list[tuple[object, ...]]:
@@ -42,7 +44,7 @@ def _break_rows(out: Any) -> list[tuple[object, ...]]:
             (
                 i,
                 reason,
-                f"{at.filename}:{at.lineno}" if at else "",
+                line_where(at) if at else "",
                 at.text.strip() if at else "",
             )
         )
@@ -120,7 +122,8 @@ def controls_table(controls: list[Any]) -> str:
 
 def break_text(brk: GraphBreak | Any) -> str:
     stack = _lines(getattr(brk, "user_stack", None))
-    where = f"\n    {stack[-1]}" if stack else ""
+    at = stack[-1] if stack else None
+    where = f"\n    {line_where(at)}: {at.text.strip()}" if at else ""
     return f"{getattr(brk, 'reason', brk)}{where}"
 
 

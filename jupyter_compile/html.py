@@ -24,6 +24,12 @@ from pygments.lexers import CppLexer, PythonLexer, TextLexer
 SHADES = ["#dff0d8", "#d9edf7", "#fcf8e3", "#f2dede", "#e8e0f5", "#e0f2f1", "#fde8d7", "#eeeeee"]
 BREAK_COLOR = "#c9302c"
 MONO = "font-family: SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px;"
+# A long expression (a guard's) may break anywhere, so that the table fits its output area.
+_MONO_CELL = f"{MONO} overflow-wrap: anywhere;"
+_CODE_LINE = (
+    f"{MONO} white-space: pre; margin: 0; padding: 0; border: 0; background: none; "
+    "line-height: inherit; overflow: visible;"
+)
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,10 @@ def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) 
             f'<tr class="jc-line" data-line="{lineno}"{title} style="{bg}">'
             f'<td style="{MONO} color: #999; text-align: right; width: 1%; padding: 0 8px; '
             f'user-select: none; {border}">{lineno}</td>'
-            f'<td style="{MONO} white-space: pre; text-align: left; padding: 0 6px;">'
-            f"{line_html or ' '}</td>"
+            # <pre>, not only `white-space: pre`: HTML tools that re-parse the markup (nbconvert's
+            # export runs it through BeautifulSoup) collapse leading spaces outside <pre>.
+            f'<td style="text-align: left; padding: 0 6px;"><pre style="{_CODE_LINE}">'
+            f"{line_html or ' '}</pre></td>"
             f'<td class="jc-tags" style="{MONO} color: #777; font-size: 11px; text-align: right; '
             f'padding: 0 6px;">{" ".join(esc(t) for t in mark.tags)}</td></tr>'
         )
@@ -147,13 +155,16 @@ def table(
     for row in rows:
         tds = "".join(
             '<td style="padding: 2px 8px; border-bottom: 1px solid #eee; vertical-align: top; '
-            f'text-align: left;{MONO if i in mono else ""}">{cell(v)}</td>'
+            f'text-align: left;{_MONO_CELL if i in mono else ""}">{cell(v)}</td>'
             for i, v in enumerate(row)
         )
         body.append(f"<tr>{tds}</tr>")
+    # Long cells (a guard's expression) wrap, and a table still too wide scrolls inside its
+    # own box: the output area clips whatever passes its right edge.
     return (
-        f'<table style="border-collapse: collapse; margin: 4px 0;"><thead><tr>{th}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        '<div class="jc-table" style="max-width: 100%; overflow-x: auto;">'
+        '<table style="border-collapse: collapse; margin: 4px 0; max-width: 100%;">'
+        f"<thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 

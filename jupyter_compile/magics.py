@@ -115,7 +115,7 @@ class CompileMagics(Magics):
         run.compiled[name] = target
         return target.callable
 
-    @magic_arguments()
+    @magic_arguments("%compile")  # shown as `%%compile` by `%%compile?` (IPython adds a %)
     @argument(
         "--backend",
         "-b",
@@ -189,6 +189,14 @@ class CompileMagics(Magics):
             inspector.run_timing()
         except Exception as exc:
             message(f"timing {name} failed: {type(exc).__name__}: {exc}", "error")
+            return
+        blocked = inspector.state.timing.blocked if inspector.state.timing else None
+        if blocked is not None:
+            message(
+                f"{name} was not re-run for --compare: timing needs a side-effect-free call, "
+                f"and {blocked}; the Timing tab shows the calls you made",
+                "warning",
+            )
 
     # -- %explain -------------------------------------------------------------------------------
 
@@ -222,7 +230,7 @@ class CompileMagics(Magics):
         args, kwargs = eval(compile(expr, "<%explain>", "eval"), ns, helper)
         return fn, args, kwargs, fn_expr
 
-    @magic_arguments()
+    @magic_arguments("explain")
     @argument("-o", "--output", action="store_true", help="return the ExplainOutput object")
     @line_magic("explain")
     def explain_line(self, line: str) -> Any:

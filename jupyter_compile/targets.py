@@ -24,7 +24,9 @@ from typing import Any
 import torch
 
 import compiler
+from compiler.controls import is_compiling
 from compiler.records import CompiledReport
+from jupyter_compile.calls import CallLog, on_cuda
 from jupyter_compile.progress import CompileProgress, SignatureLog, call_signature
 
 
@@ -56,14 +58,17 @@ class CompileOptions:
 
 @dataclass
 class TimingInputs:
-    """Everything a timing run needs: the same call made eagerly and compiled, and the plain
-    Python callable to hand to torch.compile for the comparison column."""
+    """Everything a timing run needs: the same call made eagerly and compiled, the plain
+    Python callable to hand to torch.compile for the comparison column, and the durations of
+    the calls the user made. A timing run re-runs the call only on clones of the arguments,
+    and only when the records show that nothing else changes (jupyter_compile/timing.py)."""
 
     eager: Callable
     compiled: Callable
     uncompiled: Callable
     args: tuple
     kwargs: dict
+    calls: CallLog | None = None
 
 
 class Target(abc.ABC):
@@ -78,14 +83,16 @@ class Target(abc.ABC):
         self.last_args: tuple | None = None
         self.last_kwargs: dict | None = None
         self.calls = 0
+        self.call_log = CallLog()
 
     def _run(self, compiled: Callable, args: tuple, kwargs: dict, owner: object = None) -> Any:
         self.last_args, self.last_kwargs = args, kwargs
         self.calls += 1
+        cuda = on_cuda(args, kwargs, owner)
         if not self.signatures.is_new(call_signature(args, kwargs, owner)):
-            return compiled(*args, **kwargs)
+            return self.call_log.call(compiled, args, kwargs, cuda, compiling=False)
         with CompileProgress(self.name):
-            return compiled(*args, **kwargs)
+            return self.call_log.call(compiled, args, kwargs, cuda, compiling=True)
 
     @abc.abstractmethod
     def report(self) -> CompiledReport | None:
@@ -108,9 +115,11 @@ class FunctionTarget(Target):
         self.callable = self._wrapper()
 
     def _wrapper(self) -> Callable:
-        target, compiled = self, self.compiled
+        target, compiled, original = self, self.compiled, self.original
 
         def compiled_call(*args, **kwargs):
+            if is_compiling():  # traced from a compiled caller: trace the user's function
+                return original(*args, **kwargs)
             return target._run(compiled, args, kwargs)
 
         try:
@@ -137,6 +146,7 @@ class FunctionTarget(Target):
             self.original,
             self.last_args,
             dict(self.last_kwargs or {}),
+            self.call_log,
         )
 
 
@@ -167,8 +177,11 @@ class ModuleClassTarget(Target):
         target = self
 
         def forward(module, *args, **kwargs):
+            if is_compiling():  # traced from a compiled caller: trace the user's forward
+                return user_forward(module, *args, **kwargs)
             return target.call(module, args, kwargs)
 
+        user_forward = self.forward
         functools.update_wrapper(forward, self.forward)
         forward.__jupyter_compile__ = self
         self.cls.forward = forward
@@ -198,5 +211,10 @@ class ModuleClassTarget(Target):
             return None
         bound = types.MethodType(self.forward, module)
         return TimingInputs(
-            bound, self.compiled_for(module), bound, self.last_args, dict(self.last_kwargs or {})
+            bound,
+            self.compiled_for(module),
+            bound,
+            self.last_args,
+            dict(self.last_kwargs or {}),
+            self.call_log,
         )

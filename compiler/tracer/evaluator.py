@@ -37,6 +37,7 @@ from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
 from compiler.tracer.calls import is_skipped, is_torch_function
 from compiler.tracer.concrete import RealFrame, Returned
+from compiler.tracer.effects import entry_side_effects
 from compiler.tracer.graph_builder import SizeInput, is_node_impure
 from compiler.tracer.guards import CompiledGuards, compile_guards, concise
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
@@ -560,6 +561,9 @@ def _build_entry(
         recompile_reason=recompile_reason,
         compile_time_s=time.perf_counter() - start,
         controls=list(builder.controls),
+        side_effects=entry_side_effects(
+            gm, mutated, attr_writes, tracer.root.cells, result.reason if graph_break else None
+        ),
     )
     start_grad = torch.is_grad_enabled()
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None

@@ -1,8 +1,15 @@
 """The inspector: one tabbed widget per compiled function, with a static HTML twin.
 
-`Inspector` renders a `CompiledReport` (fetched again on `refresh`) into five tabs. Displayed,
-its mime bundle holds both the widget view and a `text/html` rendering of the same tabs, so a
-notebook saved, exported or opened without a kernel still shows what the compiler did.
+`Inspector` renders a `CompiledReport` (fetched again on `refresh`) into five tabs.
+
+Shown by `%%compile` it is two outputs: the static HTML twin (the same tabs as plain HTML),
+then the live widget. A notebook saved and opened again has no widget models: JupyterLab and
+Notebook then show "Error displaying widget: model not found" in the widget's place, and
+never fall back to another mime type of the same output. So the twin is its own output, and
+a small stylesheet in it shows exactly one of the two: the widget while it is live (it
+carries a marker class), the twin otherwise (also hiding the dead widget's error). Where
+stylesheets do not run (GitHub, sanitised HTML) the twin shows, and the widget's output is
+a one-line text. Displayed directly (`display(inspector)`), it is one bundle with both.
 
 Live updates: `compiler.records.subscribe` tells the extension when any function record
 changes; live inspectors are marked stale then and redrawn after the cell that caused it
@@ -44,9 +51,9 @@ class Inspector:
             title=title, report=None, target=target, compare_torch=compare_torch
         )
         self._load()
-        self._key = structure_key(self.state.report)
+        self._key = self._drawn_key()
         self.stale = False
-        self.handle = None  # the DisplayHandle when shown by the magic, to refresh the HTML twin
+        self.handle = None  # the twin's DisplayHandle when shown by the magic, to refresh it
         self.header = widgets.HTML(self._header_html())
         self.views = [
             overview.OverviewView(self.state),
@@ -59,6 +66,8 @@ class Inspector:
             children=[v.widget for v in self.views], titles=[v.title for v in self.views]
         )
         self.widget = widgets.VBox([self.header, self.tabs])
+        self.uid = self.widget.model_id or str(id(self))
+        self.header.value = self._header_html()  # now with the live marker of this uid
         _LIVE.add(self)
 
     # -- data -----------------------------------------------------------------------------------
@@ -73,7 +82,9 @@ class Inspector:
 
     def _header_html(self) -> str:
         s = self.state
-        parts = [f'<b style="font-size: 14px;">{esc(s.title)}</b>']
+        # The marker the twin's stylesheet looks for: this widget is live (see the docstring).
+        marker = f'<span class="jc-live-{esc(getattr(self, "uid", ""))}"></span>'
+        parts = [f'{marker}<b style="font-size: 14px;">{esc(s.title)}</b>']
         if self.subtitle:
             parts.append(f' <span style="color: #666;">{esc(self.subtitle)}</span>')
         if s.report is not None and s.report.functions:
@@ -85,17 +96,27 @@ class Inspector:
         for view in self.views:
             view.update(self.state)
 
+    def _drawn_key(self) -> tuple:
+        """What the tabs draw: the report's structure, and the user's call count (the Timing
+        tab shows their calls' times)."""
+        target = self.state.target
+        return (structure_key(self.state.report), target.calls if target is not None else 0)
+
+    def calls_changed(self) -> bool:
+        target = self.state.target
+        return target is not None and target.calls != self._key[1]
+
     def refresh(self, force: bool = False) -> bool:
         """Fetch the report again; redraw if anything drawn changed. Returns whether it did."""
         self.stale = False
         self._load()
-        key = structure_key(self.state.report)
+        key = self._drawn_key()
         if key == self._key and not force:
             return False
         self._key = key
         self._redraw()
         if self.handle is not None:
-            self.handle.update(self)
+            self.handle.update(self.twin_bundle(), raw=True)
         return True
 
     def run_timing(self) -> None:
@@ -126,12 +147,42 @@ class Inspector:
         bundle["text/plain"] = f"<jupyter_compile inspector: {self.state.title}>"
         return bundle
 
+    def twin_bundle(self) -> dict[str, Any]:
+        """The static twin as an output of its own, with the stylesheet that shows it only
+        where the widget next to it is not live."""
+        return {
+            "text/html": twin_style(self.uid) + f'<div class="jc-twin-{esc(self.uid)}">'
+            f"{self.static_html()}</div>",
+            "text/plain": f"<jupyter_compile inspector: {self.state.title}>",
+        }
+
+    def widget_bundle(self) -> dict[str, Any]:
+        bundle = dict(self.widget._repr_mimebundle_() or {})
+        bundle.pop("text/html", None)
+        bundle["text/plain"] = f"(live inspector of {self.state.title}: run the cell to use it)"
+        return bundle
+
     def show(self) -> None:
-        self.handle = display(self, display_id=True)
+        self.handle = display(self.twin_bundle(), raw=True, display_id=True)
+        display(self.widget_bundle(), raw=True)
 
     def detach(self) -> None:
         """Stop live updates (the function was redefined); the widgets stay as they are."""
         _LIVE.discard(self)
+
+
+def twin_style(uid: str) -> str:
+    """Hide the twin while the widget output right after it is live (it holds the marker
+    `jc-live-<uid>`), and hide that widget output when it is not (a reopened notebook's
+    "model not found"). JupyterLab and Notebook 7 wrap each output in .jp-OutputArea-child,
+    classic Notebook and nbconvert's classic template in .output_area."""
+    u = esc(uid)
+    rules = []
+    for box in (".jp-OutputArea-child", ".output_area"):
+        twin = f"{box}:has(.jc-twin-{u})"
+        rules.append(f"{twin}:has(+ {box} .jc-live-{u}) {{ display: none; }}")
+        rules.append(f"{twin} + {box}:not(:has(.jc-live-{u})) {{ display: none; }}")
+    return "<style>" + "\n".join(rules) + "</style>"
 
 
 _TABS = [
@@ -154,7 +205,7 @@ def mark_stale(_record: Any = None) -> None:
 
 def refresh_stale(*_args: Any) -> None:
     for inspector in list(_LIVE):
-        if inspector.stale:
+        if inspector.stale or inspector.calls_changed():
             try:
                 inspector.refresh()
             except Exception:  # one broken view must not break the user's next cell

@@ -17,6 +17,7 @@ from compiler.records import (
     KernelRecord,
     SourceLine,
 )
+from jupyter_compile.sources import line_where, user_lines
 
 if TYPE_CHECKING:
     from jupyter_compile.targets import Target
@@ -83,8 +84,41 @@ def kernel_refs(report: CompiledReport | None) -> list[KernelRef]:
     return refs
 
 
+# Stages a backend times inside the tracer's "backend" stage (compiler/codegen/compile_fx.py,
+# compiler/aot): shown on their own, with what is left of "backend" as "backend, other".
+_OUTER_STAGES = ("trace", "backend")
+
+
+def stage_totals(report: CompiledReport | None) -> dict[str, float]:
+    """Compile seconds per stage over every graph of the report, in first-seen order, split
+    so that none contains another: the backend's own stages, the rest of the backend, and
+    the tracer's work outside any graph's stages (guards, breaks, entries without a graph).
+    They add up to `compile_seconds`. A training graph's backward compiles at its first
+    backward call, after its entry's time was taken: its stages count in full."""
+    totals: dict[str, float] = {}
+
+    def add(stage: str, seconds: float) -> None:
+        totals[stage] = totals.get(stage, 0.0) + max(0.0, seconds)
+
+    for entry in report.entries if report is not None else []:
+        graph = entry.graph
+        times = graph.stage_times if graph is not None else []
+        inner = sum(st.seconds for st in times if st.stage not in _OUTER_STAGES)
+        backend = sum(st.seconds for st in times if st.stage == "backend")
+        trace = sum(st.seconds for st in times if st.stage == "trace")
+        add("trace", trace)
+        for st in times:
+            if st.stage not in _OUTER_STAGES:
+                add(st.stage, st.seconds)
+        if backend > inner:
+            add("backend, other", backend - inner)
+        add("tracer, other", entry.compile_time_s - trace - max(backend, inner))
+    return {stage: s for stage, s in totals.items() if s > 0 or stage == "trace"}
+
+
 def compile_seconds(report: CompiledReport | None) -> float:
-    return sum(e.compile_time_s for e in report.entries) if report is not None else 0.0
+    """What compiling cost in all, the sum of `stage_totals`."""
+    return sum(stage_totals(report).values())
 
 
 def line_span(fn: FunctionRecord) -> range:
@@ -96,10 +130,11 @@ def in_function(fn: FunctionRecord, line: SourceLine) -> bool:
 
 
 def unique_lines(lines: list[SourceLine]) -> list[SourceLine]:
-    """Each user line once, in order (a kernel fusing four nodes of one line lists it once)."""
+    """Each user line once, in order (a kernel fusing four nodes of one line lists it once);
+    lines of jupyter_compile's own wrappers are not the user's and are left out."""
     seen: set[tuple[str, int]] = set()
     out = []
-    for line in lines:
+    for line in user_lines(lines):
         if (line.filename, line.lineno) not in seen:
             seen.add((line.filename, line.lineno))
             out.append(line)
@@ -107,7 +142,7 @@ def unique_lines(lines: list[SourceLine]) -> list[SourceLine]:
 
 
 def where(line: SourceLine) -> str:
-    return f"{line.filename}:{line.lineno}"
+    return line_where(line)
 
 
 def structure_key(report: CompiledReport | None) -> tuple:

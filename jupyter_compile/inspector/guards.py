@@ -13,6 +13,7 @@ import ipywidgets as widgets
 from compiler.records import EntryRecord, FunctionRecord, SourceLine
 from jupyter_compile.html import Raw, details, esc, highlight, note, table
 from jupyter_compile.inspector.common import InspectorState, where
+from jupyter_compile.sources import WRAPPER, is_own, named_places
 
 
 def _graph_numbers(state: InspectorState) -> dict[int, int]:
@@ -79,7 +80,8 @@ def entry_view(fn: FunctionRecord, entry: EntryRecord, number: str) -> str:
     else:
         parts.append(note("no guards: this entry is always reused"))
     if entry.guard_source:
-        parts.append(details("guard function (runnable Python)", highlight(entry.guard_source)))
+        source = named_places(entry.guard_source)
+        parts.append(details("guard function (runnable Python)", highlight(source)))
     if entry.graph_break is not None:
         parts.append(note(f"ends at a graph break: {entry.graph_break.reason}", color="#a94442"))
     for control in entry.controls:
@@ -95,6 +97,8 @@ def _user_line(line: SourceLine | None) -> Raw | str:
     """The line that made the guard, short; the full path in its tooltip."""
     if line is None:
         return ""
+    if is_own(line.filename):
+        return WRAPPER
     code = esc(line.text.strip())
     return Raw(f'<span title="{esc(where(line))}">{line.lineno}: <code>{code}</code></span>')
 

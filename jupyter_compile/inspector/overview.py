@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from compiler.records import CompiledReport, FunctionRecord, GraphBreak
+from compiler.records import CompiledReport, ControlRecord, FunctionRecord, GraphBreak
 from jupyter_compile.explain import controls_table
 from jupyter_compile.html import (
     SHADES,
@@ -30,19 +30,28 @@ from jupyter_compile.inspector.common import (
     kernel_refs,
     unique_lines,
 )
+from jupyter_compile.sources import place, user_frames, where
+
+
+def _automatic(control: ControlRecord) -> bool:
+    """A dynamic size the compiler chose itself (automatic dynamic, dynamic=None), not one
+    the user asked for with dynamic=True or mark_dynamic (compiler/tracer/shapes.py)."""
+    return control.kind == "dynamic" and "(automatic dynamic" in control.detail
 
 
 def _break_note(brk: GraphBreak, fn: FunctionRecord) -> tuple[int, str] | None:
     """The line of `fn` where this break shows, and its text; None if the break's stack never
     passes through `fn`."""
-    frames = [f for f in brk.user_stack if in_function(fn, f)]
+    stack = user_frames(brk.user_stack)
+    frames = [f for f in stack if in_function(fn, f)]
     if not frames:
         return None
     here = frames[-1]
-    inner = brk.user_stack[-1] if brk.user_stack else here
+    inner = stack[-1]
     text = brk.reason
     if inner is not here:
-        text = f"in {inner.function or inner.filename} (line {inner.lineno}): {brk.reason}"
+        name = inner.function or place(inner.filename)
+        text = f"in {name} (line {inner.lineno}): {brk.reason}"
     if brk.instruction:
         text += f"  [{brk.instruction}]"
     return here.lineno, text
@@ -119,19 +128,21 @@ def render(state: InspectorState, badges: bool = True) -> str:
     if report is None or not report.functions:
         return note(
             state.error
-            or f"{state.title} has not been called yet: call it to compile and fill this view."
+            or f"{state.title} has not been called yet: call it to compile and fill this view. "
+            "(Called from inside another compiled function, it is traced into that one's graphs "
+            "and shows in its inspector.)"
         )
     refs = graph_refs(report)
     parts = [summary_badges(report) if badges else "", _legend(refs)]
     for fn in report.functions:
-        parts.append(heading(f"{fn.qualname}  ({fn.filename}:{fn.firstlineno})", 5))
+        parts.append(heading(f"{fn.qualname}  ({where(fn.filename, fn.firstlineno)})", 5))
         if fn.source:
             parts.append(annotated_source(fn.source, fn.firstlineno, line_marks(fn, refs, report)))
         else:
             parts.append(note("source not available"))
         for warning in fn.warnings:
             parts.append(note(f"warning: {warning}", color="#8a6d3b"))
-        controls = fn.all_controls
+        controls = [c for c in fn.all_controls if not _automatic(c)]
         if controls:
             parts.append(
                 details(
@@ -139,6 +150,14 @@ def render(state: InspectorState, badges: bool = True) -> str:
                     "allow_in_graph, assume_constant_result, dynamic sizes, stances",
                     controls_table(controls),
                     open_=True,
+                )
+            )
+        automatic = [c for c in fn.all_controls if _automatic(c)]
+        if automatic:
+            parts.append(
+                details(
+                    f"sizes the compiler made dynamic after they changed ({len(automatic)})",
+                    controls_table(automatic),
                 )
             )
     return "".join(parts)

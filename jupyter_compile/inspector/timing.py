@@ -1,7 +1,10 @@
-"""Timing tab: eager vs compiled (vs torch.compile when asked), and compile time by stage.
+"""Timing tab: the user's own calls, eager vs compiled re-runs (vs torch.compile when
+asked) where re-running changes nothing the user can see, and compile time by stage.
 
-The run uses the arguments of the most recent call, so the tab needs the function to have
-been called once; the "Run timing" button starts it (`--compare` starts it after the cell).
+The re-runs use clones of the most recent call's arguments, so the tab needs the function to
+have been called once; the "Run timing" button starts them (`--compare` starts them after
+the cell). When the compiler's records show that the call changes anything else, the tab
+says what, and shows only the calls the user made (jupyter_compile/timing.py).
 """
 
 from __future__ import annotations
@@ -11,16 +14,34 @@ from collections.abc import Callable
 import ipywidgets as widgets
 
 from jupyter_compile.html import bar_chart, heading, note, table
-from jupyter_compile.inspector.common import InspectorState, compile_seconds, kernel_refs
-from jupyter_compile.timing import TORCH_COMPILE_LABEL, TimingResult, bandwidth_gbs, stage_totals
+from jupyter_compile.inspector.common import InspectorState, kernel_refs, stage_totals
+from jupyter_compile.timing import (
+    TORCH_COMPILE_LABEL,
+    USER_CALLS_LABEL,
+    Measurement,
+    TimingResult,
+    bandwidth_gbs,
+    device_of,
+    user_calls,
+)
 
-_COLORS = {"eager": "#9e9e9e", "compiled": "#2e7d32", TORCH_COMPILE_LABEL: "#1565c0"}
+_COLORS = {
+    "eager": "#9e9e9e",
+    "compiled": "#2e7d32",
+    USER_CALLS_LABEL: "#66bb6a",
+    TORCH_COMPILE_LABEL: "#1565c0",
+}
 _TOP_KERNELS = 15
 
 
-def _runs(result: TimingResult) -> str:
+def _runs(result: TimingResult, own: Measurement | None) -> str:
+    """The result's rows, the user's calls as they are now (they go on after a timing run)."""
+    measurements = [m for m in result.measurements if m.label != USER_CALLS_LABEL]
+    if own is not None:
+        measurements.append(own)
+    result = TimingResult(result.device, measurements)
     rows, bars, spread = [], [], []
-    for m in result.measurements:
+    for m in measurements:
         if m.error:
             rows.append((m.label, "failed", "", "", m.error))
             continue
@@ -37,37 +58,55 @@ def _runs(result: TimingResult) -> str:
         )
         bars.append((m.label, m.median_ms, _COLORS.get(m.label, "#6d4c41")))
         spread.append((lo, hi))
-    head = heading(f"per call on {result.device} (median, interquartile range; after warm-up)")
+    if not rows:
+        return ""
+    head = heading(f"per call on {result.device} (median, interquartile range)")
     return (
         head
-        + table(["variant", "median", "spread (p25 – p75)", "runs", "speedup vs eager"], rows)
+        + table(["variant", "median", "spread (p25 – p75)", "calls", "speedup vs eager"], rows)
         + bar_chart(bars, "ms", spread)
     )
 
 
-def _kernels(state: InspectorState) -> str:
-    timed = [r for r in kernel_refs(state.report) if r.kernel.measured_ms is not None]
-    if not timed:
-        return ""
-    timed.sort(key=lambda r: -(r.kernel.measured_ms or 0.0))
+def _kernels(state: InspectorState, result: TimingResult) -> str:
+    """One row per kernel name: the profiler reports by name, so a kernel that several graphs
+    share (a recompile generates the same kernel again) has one time."""
+    by_name = {}
+    for r in kernel_refs(state.report):
+        if r.kernel.measured_ms is not None:
+            by_name.setdefault(r.kernel.name, []).append(r)
+    if not by_name:
+        return note(result.kernel_note) if result.kernel_note else ""
+    timed = sorted(by_name.values(), key=lambda refs: -(refs[0].kernel.measured_ms or 0.0))
     rows = []
-    for r in timed[:_TOP_KERNELS]:
-        bw = bandwidth_gbs(r.kernel)
+    for refs in timed[:_TOP_KERNELS]:
+        kernel = refs[0].kernel
+        bw = bandwidth_gbs(kernel)
+        graphs = ", ".join(str(i) for i in sorted({r.graph.index for r in refs}))
         rows.append(
             (
-                r.kernel.name,
-                f"{r.kernel.measured_ms * 1e3:.1f} µs",
+                kernel.name,
+                graphs,
+                f"{kernel.measured_ms * 1e3:.1f} µs",
                 f"{bw:.2f} GB/s" if bw is not None else "",
             )
         )
-    return heading("kernels (one profiled call)") + table(
-        ["kernel", "time", "achieved bandwidth"], rows, mono_cols=(0,)
+    total_us = sum(refs[0].kernel.measured_ms for refs in timed) * 1e3
+    if result.profiled_call_ms:
+        title = (
+            f"kernels, per compiled call while the profiler ran: the call took "
+            f"{result.profiled_call_ms * 1e3:.1f} µs, its kernels {total_us:.1f} µs of it"
+        )
+    else:
+        title = f"kernels, per compiled call: {total_us:.1f} µs in all"
+    return heading(title) + table(
+        ["kernel", "graph", "time", "achieved bandwidth"], rows, mono_cols=(0,)
     )
 
 
 def _stages(state: InspectorState) -> str:
     totals = stage_totals(state.report)
-    total = compile_seconds(state.report)
+    total = sum(totals.values())
     head = heading(f"compile time: {total:.3f} s in total")
     if not totals:
         return head + note("no per-stage times recorded by the backend")
@@ -77,17 +116,38 @@ def _stages(state: InspectorState) -> str:
 
 def render(state: InspectorState) -> str:
     parts = []
+    target = state.target
+    inputs = target.timing_inputs() if target is not None else None
+    own = user_calls(inputs) if inputs is not None else None
     if state.timing is not None:
-        parts.append(_runs(state.timing))
-        parts.append(_kernels(state))
-    elif state.target is not None and state.target.timing_inputs() is None:
+        parts.append(_runs(state.timing, own))
+        if state.timing.blocked is not None:
+            parts.append(
+                note(
+                    f"timing needs a side-effect-free call: {state.timing.blocked}; "
+                    "re-running it would change that, so only your own calls are "
+                    "timed",
+                    "#8a6d3b",
+                )
+            )
+        else:
+            parts.append(_kernels(state, state.timing))
+    elif target is not None and inputs is None:
         parts.append(
             note(
-                f"call {state.title} once; then Run timing re-runs that call eagerly and compiled."
+                f"call {state.title} once; then Run timing re-runs that call eagerly and "
+                "compiled, on clones of its arguments, if it changes nothing else."
             )
         )
     else:
-        parts.append(note("no timing run yet"))
+        if inputs is not None and own is not None:
+            parts.append(_runs(TimingResult(device_of(inputs), []), own))
+        parts.append(
+            note(
+                "no eager comparison yet: Run timing re-runs the last call on clones "
+                "of its arguments, if it changes nothing else"
+            )
+        )
     if state.report is not None and state.report.functions:
         parts.append(_stages(state))
     return "".join(parts)

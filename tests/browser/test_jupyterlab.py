@@ -4,8 +4,12 @@ The test starts JupyterLab on localhost (a free port, no token, its own runtime,
 settings folders) serving a copy of notebooks/01_getting_started.ipynb, so autosave never
 writes outputs into the repository. Debian's headless Chromium, driven by Playwright, runs
 all cells and checks what a user would look at: the inspector's tabs switch when clicked, the
-Graphs tab draws an SVG, and the Kernels tab shows highlighted kernel source. Screenshots go
-to test-output/.
+Graphs tab draws an SVG, the Kernels tab shows highlighted kernel source, and the Guards
+tab's table fits the output area. Then it saves the notebook and opens a copy (a new kernel,
+so no widget models: what a saved or shared notebook is) and checks that every inspector shows
+its static twin, not "Error displaying widget: model not found"; and it exports the saved
+notebook to HTML with nbconvert and checks that the source keeps its indentation there.
+Screenshots go to test-output/.
 
 Playwright's own browser download is not reachable from our machines, so the test uses
 /usr/bin/chromium (`make test` installs it) and never runs `playwright install`.
@@ -84,8 +88,13 @@ def _wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
 
 
 @pytest.fixture
-def lab_url(tmp_path: Path, output_dir: Path) -> Iterator[str]:
-    root = tmp_path / "root"
+def lab_root(tmp_path: Path) -> Path:
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def lab_url(tmp_path: Path, lab_root: Path, output_dir: Path) -> Iterator[str]:
+    root = lab_root
     root.mkdir()
     shutil.copy(REPO_ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
     settings = tmp_path / "settings"
@@ -158,8 +167,79 @@ def _error_outputs(page) -> list[str]:
     )
 
 
-@pytest.mark.timeout(RUN_ALL_S + 300)
-def test_getting_started_renders_inspector_in_jupyterlab(lab_url: str, output_dir: Path) -> None:
+def _visible_texts(page, selector: str) -> list[str]:
+    return page.eval_on_selector_all(
+        selector, "els => els.filter(e => e.offsetParent !== null).map(e => e.innerText)"
+    )
+
+
+def _save(page, path: Path) -> None:
+    """Save from the keyboard and wait until the file on disk holds the inspectors."""
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 60
+    while "jc-twin-" not in path.read_text():
+        if time.monotonic() > deadline:
+            pytest.fail("the notebook was not saved with its outputs")
+        time.sleep(0.5)
+
+
+def _check_guards_fit(page, inspector, output_dir: Path) -> None:
+    """The Guards tab's tables end inside the output area (the "user line" column was cut off
+    at its right edge)."""
+    inspector.locator(".lm-TabBar-tab", has_text="Guards").click()
+    inspector.locator(".jc-table >> visible=true").first.wait_for(timeout=30_000)
+    overflow = inspector.evaluate(
+        """el => {
+            const right = el.closest('.jp-OutputArea-output').getBoundingClientRect().right;
+            return [...el.querySelectorAll('.jc-table table')]
+                .filter(t => t.offsetParent !== null)
+                .map(t => t.getBoundingClientRect().right - right)
+                .filter(d => d > 1);
+        }"""
+    )
+    inspector.screenshot(path=str(output_dir / "inspector_guards.png"))
+    assert not overflow, f"guard tables pass the output area's right edge by {overflow} px"
+
+
+def _check_reopened(page, url: str, name: str, output_dir: Path) -> None:
+    page.goto(f"{url}/lab/tree/{name}")
+    page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=120_000)
+    page.locator("#jp-main-statusbar", has_text="| Idle").wait_for(timeout=180_000)
+    twins = page.locator("[class^='jc-twin-'] >> visible=true")
+    twins.first.wait_for(timeout=60_000)
+    time.sleep(3)  # the widget manager settles: a missing model turns into its error text
+    page.screenshot(path=str(output_dir / "reopened.png"), full_page=True)
+    errors = [t for t in _visible_texts(page, ".jp-OutputArea-output") if "Error displaying" in t]
+    assert not errors, f"widget errors shown in the reopened notebook: {errors[:2]}"
+    assert twins.count() >= 2, "the reopened notebook shows no static inspector"
+    assert "Overview" in twins.first.inner_text() and "Guards" in twins.first.inner_text()
+    twins.first.screenshot(path=str(output_dir / "reopened_inspector.png"))
+
+
+def _check_export(page, path: Path, output_dir: Path) -> None:
+    """nbconvert's HTML export of the saved notebook, opened in the browser: the annotated
+    source keeps its indentation."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_filename(str(path))
+    export = output_dir / "exported.html"
+    export.write_text(body)
+    page.goto(export.as_uri())
+    lines = page.eval_on_selector_all(
+        "tr.jc-line", "rows => rows.map(r => r.children[1].innerText)"
+    )
+    page.screenshot(path=str(output_dir / "exported.png"))
+    assert any(line.startswith("def ") for line in lines), lines[:5]
+    assert any(line.startswith("    return") for line in lines), (
+        f"the exported source lost its indentation: {lines[:8]}"
+    )
+
+
+@pytest.mark.timeout(RUN_ALL_S + 600)
+def test_getting_started_renders_inspector_in_jupyterlab(
+    lab_url: str, lab_root: Path, output_dir: Path
+) -> None:
     console: list[str] = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -204,6 +284,16 @@ def test_getting_started_renders_inspector_in_jupyterlab(lab_url: str, output_di
             inspector.locator(".lm-TabBar-tab", has_text="Overview").click()
             inspector.locator(".jc-source >> visible=true").first.wait_for(timeout=30_000)
             page.screenshot(path=str(output_dir / "inspector_overview.png"))
+            # live, the static twins are hidden: the widgets show instead
+            assert page.locator("[class^='jc-twin-'] >> visible=true").count() == 0
+
+            _check_guards_fit(page, inspector, output_dir)
+            _save(page, lab_root / NOTEBOOK)
+            # A copy opens with a new kernel, holding none of the first one's widget models;
+            # its content is the saved file's, so JupyterLab trusts it as it trusts that one.
+            shutil.copy(lab_root / NOTEBOOK, lab_root / "reopened.ipynb")
+            _check_reopened(page, lab_url, "reopened.ipynb", output_dir)
+            _check_export(page, lab_root / NOTEBOOK, output_dir)
         finally:
             (output_dir / "browser_console.log").write_text("\n".join(console))
             browser.close()

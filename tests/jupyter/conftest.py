@@ -34,6 +34,12 @@ class CellOutput:
     def html(self) -> str:
         return "\n".join(b.get("text/html", "") for b in self.bundles())
 
+    def twins(self) -> list[str]:
+        """The static twins of the inspectors `%%compile` showed (outputs of their own)."""
+        return [
+            b["text/html"] for b in self.bundles() if 'class="jc-twin-' in b.get("text/html", "")
+        ]
+
     def texts(self) -> str:
         return "\n".join(b.get("text/plain", "") for b in self.bundles())
 

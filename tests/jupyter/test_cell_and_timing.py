@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from compiler.records import CompiledReport, EntryRecord, FunctionRecord, KernelRecord
+from jupyter_compile import timing
 from jupyter_compile.cell import HOOK_NAME, RebindDefinitions
 from jupyter_compile.targets import TimingInputs
 from jupyter_compile.timing import bandwidth_gbs, device_of, kernel_times, measure, run_timing
@@ -55,11 +56,32 @@ def test_kernel_times_match_profiler_ranges_by_kernel_name() -> None:
     kernel = KernelRecord("cpp_fused_sin_0", "cpp", "", bytes_accessed=2 * 4 * 4096)
     extern = KernelRecord("extern_mm", "extern", "")
     x = torch.randn(4096)
-    found = kernel_times(_profiled_kernel, (x,), {}, [kernel, extern], "cpu")
+    found, call_ms = kernel_times(_profiled_kernel, (x,), {}, [kernel, extern], "cpu")
     assert set(found) == {"cpp_fused_sin_0"} and found["cpp_fused_sin_0"] > 0
+    assert found["cpp_fused_sin_0"] <= call_ms  # the kernel runs inside the call
 
 
-def test_run_timing_stores_kernel_times_on_the_records() -> None:
+@pytest.fixture
+def profiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profile even on a GPU build of torch without a GPU (it prints device errors there,
+    which is why timing does not start it on such a machine by itself)."""
+    monkeypatch.setattr(timing, "profiler_usable", lambda device: True)
+
+
+def test_the_profiler_is_not_started_on_a_gpu_build_without_a_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not timing.profiler_usable("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert timing.profiler_usable("cpu")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert timing.profiler_usable("cpu")
+
+
+def test_run_timing_stores_kernel_times_on_the_records(profiler) -> None:
     graph = graph_record(first_graph, [])
     graph.kernels = [KernelRecord("cpp_fused_sin_0", "cpp", "", bytes_accessed=32768)]
     graph.wrapper_source = (
@@ -83,7 +105,7 @@ def test_measure_uses_cuda_events_on_the_gpu() -> None:
     assert m.error is None and len(m.samples_ms) >= 5 and 0 < m.median_ms < 100
 
 
-def test_run_timing_measures_real_cpp_kernels():
+def test_run_timing_measures_real_cpp_kernels(profiler) -> None:
     import compiler
 
     def fn(x):
@@ -95,5 +117,22 @@ def test_run_timing_measures_real_cpp_kernels():
     report = compiler.inspect(compiled)
     cpp = [k for k in report.kernels if k.language == "cpp"]
     assert cpp
-    run_timing(TimingInputs(fn, compiled, fn, (x,), {}), report)
+    result = run_timing(TimingInputs(fn, compiled, fn, (x,), {}), report)
     assert all(k.measured_ms is not None and k.measured_ms > 0 for k in cpp)
+    # every kernel ran inside the profiled call: together they fit in its time
+    timed = {k.name: k.measured_ms for k in report.kernels if k.measured_ms is not None}
+    assert 0 < sum(timed.values()) <= result.profiled_call_ms
+
+
+@pytest.mark.gpu
+def test_the_users_gpu_calls_are_timed_with_events_without_a_sync() -> None:
+    from jupyter_compile.calls import CallLog, on_cuda
+
+    x = torch.randn(1 << 16, device="cuda")
+    log = CallLog()
+    assert on_cuda((x,), {})
+    for _ in range(4):
+        log.call(torch.sin, (x,), {}, cuda=True, compiling=False)
+    torch.cuda.synchronize()
+    samples = log.samples_ms()
+    assert len(samples) == 4 and all(0 < s < 1000 for s in samples)

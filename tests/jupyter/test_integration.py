@@ -51,8 +51,8 @@ def test_compile_cell_breaks_and_annotated_source(shell) -> None:
     )
 
     views = [d for d in out.bundles() if WIDGET_MIME in d]
-    assert len(views) == 1
-    static = views[0]["text/html"]
+    assert len(views) == 1 and len(out.twins()) == 1
+    static = out.twins()[0]
     text = visible(static)
     assert "graph breaks: 1" in text and "graphs: 2" in text
     assert "graph break: data-dependent control flow" in text
@@ -183,7 +183,7 @@ def test_default_backend_kernels_tab(shell) -> None:
         pytest.skip(f"the inductor backend fell back to eager on this machine: {graph.fallback}")
     kernel = report.kernels[0]
     assert {"sin", "cos", "add"} <= set(kernel.fused_nodes)
-    static = [d for d in out.bundles() if WIDGET_MIME in d][0]["text/html"]
+    static = out.twins()[0]
     text = visible(static)
     assert kernel.name in text and "fused FX nodes" in text
     assert "return torch.sin(x) + torch.cos(y)" in text  # the user line behind the kernel

@@ -100,8 +100,10 @@ def test_notebook_executes_with_inspectors(
     assert inspector_cells, f"{name} has no %%compile cell"
     for cell in inspector_cells:
         defined = re.findall(r"^def (\w+)\(", cell.source, flags=re.MULTILINE)
-        views = [data for data in _html_outputs(cell) if WIDGET_MIME in data]
-        assert views, f"{name} cell {cell.id}: no inspector widget with a text/html fallback"
+        outputs = [o.get("data", {}) for o in cell.outputs]
+        assert any(WIDGET_MIME in data for data in outputs), f"{name} cell {cell.id}: no widget"
+        views = [d for d in _html_outputs(cell) if 'class="jc-twin-' in d["text/html"]]
+        assert views, f"{name} cell {cell.id}: no static twin of the inspector"
         text = _visible_text(views)
         for fn_name in defined:
             assert fn_name in text, f"{name} cell {cell.id}: no view mentions {fn_name}"

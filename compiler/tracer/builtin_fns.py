@@ -76,7 +76,7 @@ _ITERATING = {sum, max, min, all, any, sorted, frozenset}
 
 def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Compute a pure function of constants now; with tensors, record it as a graph op."""
-    args = [ListVar(a.items[a.index :]) if isinstance(a, IteratorVar) else a for a in args]
+    args = [_read_iterator(tx, fn, a) if isinstance(a, IteratorVar) else a for a in args]
     if fn in _ITERATING and len(args) == 1 and not is_python_constant(args[0]):
         args = [ListVar(unpack_iterable(tx, args[0]))]  # its items, through its own __iter__
     if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
@@ -104,6 +104,24 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         return wrap_unguarded(fn(*a, **k))
     except Exception as e:
         raise raise_python(e) from None
+
+
+def _read_iterator(tx: Tracer, fn: Callable, it: IteratorVar) -> ListVar:
+    """The items `fn` reads from an iterator, which it consumes as in eager: all of them, or
+    for any() and all() those up to the first that decides the answer."""
+    rest = it.items[it.index :]
+    if fn not in _ITERATING:
+        return ListVar(rest)
+    read = len(rest)
+    if fn in (any, all):
+        for i, item in enumerate(rest):
+            if not is_python_constant(item):
+                return ListVar(rest)  # tensors: _reduce_builtin breaks, consuming nothing
+            if bool(as_python_constant(item)) == (fn is any):
+                read = i + 1
+                break
+    it.index += read
+    return ListVar(rest[:read])
 
 
 def _reduce_builtin(tx: Tracer, fn: Callable, args: list[Var]) -> Var:

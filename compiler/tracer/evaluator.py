@@ -479,7 +479,9 @@ def _build_entry(
     if result.kind == "return":
         live = [result.value]
     else:
-        live = [*end_frame.locals.values(), *end_frame.stack, *end_frame.cells.values()]
+        live = [*end_frame.locals.values(), *end_frame.stack]
+    written_cells = tracer.written_cells()
+    live.extend(written_cells)
     mutated = [v for v in tracer.external_containers if v.mutated]
     live.extend(mutated)
     attr_writes = list(tracer.attr_writes.values())
@@ -504,14 +506,13 @@ def _build_entry(
     fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":
         rebuild, _ = compile_rebuild(
-            "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated,
-            attr_writes,
-            builder.shapes.python_text,
+            "return", result.value, None, None, outputs, tracer.guards.namespace, mutated,
+            attr_writes, written_cells, builder.shapes.python_text,
         )  # fmt: skip
     else:
         rebuild, _ = compile_rebuild(
-            "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace,
-            mutated, attr_writes, builder.shapes.python_text,
+            "break", None, end_frame.locals, end_frame.stack, outputs, tracer.guards.namespace,
+            mutated, attr_writes, written_cells, builder.shapes.python_text,
         )  # fmt: skip
     graph_record = None
     graph_fn = None

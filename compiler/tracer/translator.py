@@ -132,9 +132,12 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
         self.depth = 0
         self.globals_refs: dict[int, str] = {id(G): "G"}
         locals_ = {name: LazyVar(value, f"L[{name!r}]") for name, value in frame_locals.items()}
+        # Real cells by identity: a closure the trace inlines may share a cell with the frame
+        # or with another closure, and a write through one must be seen through the others.
+        # Those written in the trace are written for real after the graph (reconstruct.py).
+        self.real_cells: dict[int, CellVar] = {}
         cell_vars = {
-            name: CellVar(cell=cell, name=name, source=f"L[{name!r}]")
-            for name, cell in cells.items()
+            name: self.real_cell(cell, name, f"L[{name!r}]") for name, cell in cells.items()
         }
         stack_vars: list[Var] = [
             NULL if v is calls.REAL_NULL else LazyVar(v, f"L['__stack{i}']")
@@ -156,6 +159,19 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             self.globals_refs[id(g)] = name
             self.guards.namespace[name] = g
         return name
+
+    def real_cell(self, cell: Any, name: str, source: str | None) -> CellVar:
+        """The one tracer value of a real cell, whatever path reached it."""
+        var = self.real_cells.get(id(cell))
+        if var is None:
+            var = self.real_cells[id(cell)] = CellVar(cell=cell, name=name, source=source)
+        elif var.source is None:
+            var.source = source
+        return var
+
+    def written_cells(self) -> list[CellVar]:
+        """The real cells the trace wrote: their new contents are written after the graph."""
+        return [c for c in self.real_cells.values() if c.dirty]
 
     def cell_contents(self, cell: CellVar) -> Var:
         if cell.contents is None:
@@ -381,6 +397,12 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
 
     def STORE_DEREF(self, frame, ins):
         cell = frame.cells[ins.argval]
+        if cell.cell is not None and cell.source is None:
+            # the function was reached without a guarded path: its cells may not be the ones
+            # the next call reaches, so the write is not replayed on a baked-in cell
+            raise Break(
+                f"assignment to closure variable {cell.name!r} of a function without a source"
+            )
         cell.contents = self.pop(frame)
         cell.dirty = True
 

@@ -9,6 +9,7 @@ and can be fetched again at run time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +227,10 @@ def as_python_constant(v: Var) -> Any:
             as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step)
         )
     if isinstance(v, ObjVar):
+        if isinstance(v.value, Iterator):
+            # a real iterator or generator changes when it is read: folding a call over it
+            # at trace time would consume it, and the call made for real would find it empty
+            raise TypeError("a real iterator is not a constant")
         return v.value
     raise TypeError(f"{type(v).__name__} is not a constant")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.tracer import calls, objects
+from compiler.tracer import calls, generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
 from compiler.tracer.operations import (
@@ -109,6 +109,7 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
 def _read_iterator(tx: Tracer, fn: Callable, it: IteratorVar) -> ListVar:
     """The items `fn` reads from an iterator, which it consumes as in eager: all of them, or
     for any() and all() those up to the first that decides the answer."""
+    generators.check_read(tx, it)
     rest = it.items[it.index :]
     if fn not in _ITERATING:
         return ListVar(rest)
@@ -298,6 +299,8 @@ def _iter(tx, args, kwargs):
 
 def _next(tx, args, kwargs):
     it = args[0]
+    if isinstance(it, IteratorVar):
+        generators.check_read(tx, it)
     if isinstance(it, IteratorVar) and it.index < len(it.items):
         it.index += 1
         return it.items[it.index - 1]

@@ -42,6 +42,7 @@ from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult
 from compiler.tracer.variables import TensorVar, tensor_vars
+from compiler.tracer.wrap import container_alias_guards
 
 
 @dataclass
@@ -482,7 +483,7 @@ def _build_entry(
         live = [*end_frame.locals.values(), *end_frame.stack]
     written_cells = tracer.written_cells()
     live.extend(written_cells)
-    mutated = [v for v in tracer.external_containers if v.mutated]
+    mutated = [v for v in tracer.external_containers.values() if v.mutated]
     live.extend(mutated)
     attr_writes = list(tracer.attr_writes.values())
     live.extend(v for writes in attr_writes for v in writes.values.values() if v is not None)
@@ -502,6 +503,7 @@ def _build_entry(
     name = f"{state.record.name}_{state.count}"
     for msg in builder.shapes.finish(tracer.guards):
         warnings.warn(msg, CompilerWarning, stacklevel=5)
+    container_alias_guards(tracer)
     guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}", L, frame.globals)
     fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":

@@ -80,6 +80,7 @@ class GraphBuilder:
         self._keep_alive: list[torch.Tensor] = []
         self.user_stack: list[SourceLine] = []
         self.grad_enabled = torch.is_grad_enabled()
+        self.effects = 0  # ops that write to tensors in place (generators.py)
         self._names: set[str] = set()
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -168,6 +169,7 @@ class GraphBuilder:
         fx_kwargs, fake_kwargs = _convert_dict(self, kwargs)
         fake_out = self.run_fake(kind, target, fake_args, fake_kwargs)
         mutates = _is_impure(kind, target, kwargs)
+        self.effects += mutates  # in-place writes, counted for generators (generators.py)
         if not _has_tensor(fake_out) and not mutates:
             return _constant_result(fake_out)
         if kind == "call_method":
@@ -193,6 +195,7 @@ class GraphBuilder:
             )
         node = self.graph.call_function(fn, tuple(fx_args), fx_kwargs)
         node.meta["opaque"] = True
+        self.effects += 1  # it may write to its inputs
         self.annotate(node, fake_out)
         if fake_out is None:
             return ConstVar(None), node

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from compiler.runtime.static import mark_static_address
-from compiler.tracer import objects
+from compiler.tracer import generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr, raise_python
 from compiler.tracer.lookups import MISSING, lookup
@@ -447,7 +447,9 @@ def _mapping_op(tx: Tracer, obj: Var, name: str, args: list[Var], what: str) -> 
     if isinstance(obj, DictVar):
         from compiler.tracer.calls import dict_method
 
-        return dict_method(tx, obj if name == "__getitem__" else mutable_dict(obj), name, args, {})
+        return dict_method(
+            tx, obj if name == "__getitem__" else mutable_dict(tx, obj), name, args, {}
+        )
     if isinstance(obj, NewObjectVar) and obj.items is not None:
         return objects.object_method(tx, obj, name, args, {})
     raise Break(f"{what} is not traced")
@@ -467,12 +469,12 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
     if isinstance(obj, ListVar):
         key = _const_index(index)
         if isinstance(key, slice):
-            mutable_list(obj).items[key] = unpack_iterable(tx, value)
+            mutable_list(tx, obj).items[key] = unpack_iterable(tx, value)
         else:
-            mutable_list(obj).items[key] = value
+            mutable_list(tx, obj).items[key] = value
         return
     if isinstance(obj, DictVar) and obj.cls is dict:
-        mutable_dict(obj).items[dict_key(index)] = value
+        mutable_dict(tx, obj).items[dict_key(index)] = value
         return
     what = f"item assignment on {describe(obj)} that exists outside the graph"
     _mapping_op(tx, obj, "__setitem__", [index, value], what)
@@ -480,7 +482,7 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
 
 def delitem(tx: Tracer, obj: Var, index: Var) -> None:
     if isinstance(obj, ListVar):
-        del mutable_list(obj).items[_const_index(index)]
+        del mutable_list(tx, obj).items[_const_index(index)]
         return
     _mapping_op(tx, obj, "__delitem__", [index], f"del on {describe(obj)}")
 
@@ -494,18 +496,20 @@ def dict_key(v: Var) -> Any:
     return key
 
 
-def mutable_list(v: Var) -> ListVar:
+def mutable_list(tx: Tracer, v: Var) -> ListVar:
     """A list that may be changed. A list from outside the graph is changed symbolically and
     the change is replayed on the real list after the graph runs."""
     if isinstance(v, ListVar):
         v.mutated = v.source is not None
+        tx.changed(v)
         return v
     raise Break(f"mutation of {describe(v)}")
 
 
-def mutable_dict(v: Var) -> DictVar:
+def mutable_dict(tx: Tracer, v: Var) -> DictVar:
     if isinstance(v, DictVar):
         v.mutated = v.source is not None
+        tx.changed(v)
         return v
     raise Break(f"mutation of {describe(v)}")
 
@@ -554,7 +558,7 @@ def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
         and op in (operator.add, operator.iadd)
     ):
         if op is operator.iadd and isinstance(a, ListVar):
-            mutable_list(a).items.extend(b.items)
+            mutable_list(tx, a).items.extend(b.items)
             return a
         return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
     if (
@@ -695,6 +699,7 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
     if isinstance(v, (ListVar, TupleVar)):
         return list(v.items)
     if isinstance(v, IteratorVar):
+        generators.check_read(tx, v)
         items = v.items[v.index :]
         v.index = len(v.items)
         return items

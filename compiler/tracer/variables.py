@@ -55,6 +55,7 @@ class ListVar(Var):
     items: list[Var]
     source: str | None = None  # set when the list exists outside the trace
     mutated: bool = False  # an outside list changed during the trace: replayed after the graph
+    version: int = 0  # changes made in the trace (generators.py)
     cls: type = list  # list, or torch.nn.ModuleList for a slice of one (made from a list)
 
 
@@ -71,6 +72,7 @@ class DictVar(Var):
     source: str | None = None
     cls: type = dict
     mutated: bool = False
+    version: int = 0  # changes made in the trace (generators.py)
 
 
 @dataclass(eq=False)
@@ -136,6 +138,7 @@ class CellVar(Var):
 class IteratorVar(Var):
     items: list[Var]
     index: int = 0
+    generator: Any = None  # generators.Inlined, for the values of a generator run ahead
 
 
 @dataclass(eq=False)
@@ -174,6 +177,7 @@ class NewObjectVar(Var):
     cls: type
     fields: dict[str, Var] = field(default_factory=dict)
     items: DictVar | None = None  # the mapping of an instance of a dict subclass
+    version: int = 0  # changes made in the trace (generators.py)
 
 
 @dataclass(eq=False)

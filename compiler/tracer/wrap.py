@@ -63,10 +63,30 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
                 value, torch.dtype
             ) else guards.constant(source, value, line)
         return ConstVar(value, source)
+    if (
+        type(value) is list
+        or type(value) is dict
+        or (isinstance(value, dict) and _plain_mapping(value))
+    ):
+        known = tx.external_containers.get(id(value))
+        if known is not None:
+            # the same list or dict reached again (a global read twice, one list passed as
+            # two arguments): one tracer value, so a change through one path is seen through
+            # the other; the next call must reach the same object the same ways
+            if source != known.source:
+                guards.add(
+                    "ALIAS_MATCH",
+                    source,
+                    f"{source} is {known.source}",
+                    f"{source} is the same object as {known.source}",
+                    line,
+                )
+            return known
     if type(value) is list:
         guards.length(source, value, line)
-        var = ListVar([wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)], source)
-        tx.external_containers.append(var)
+        var = ListVar([], source)
+        tx.external_containers[id(value)] = var  # before the items: a list may contain itself
+        var.items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return var
     if is_constant_tuple(value) and is_attribute_source(source):
         guards.constant_tuple(source, value, line)
@@ -77,9 +97,9 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return TupleVar(items, source, cls=type(value))
     if type(value) is dict or (isinstance(value, dict) and _plain_mapping(value)):
         guards.dict_keys(source, value, line)
-        items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
-        var = DictVar(items, source, cls=type(value))
-        tx.external_containers.append(var)
+        var = DictVar({}, source, cls=type(value))
+        tx.external_containers[id(value)] = var
+        var.items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
         return var
     if isinstance(value, _ITERATOR_TYPES):
         # An iterator left on the stack by an earlier entry: read what remains without
@@ -113,6 +133,26 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return ObjVar(value, source)
     guards.identity(source, value, line)
     return ObjVar(value, source)
+
+
+def container_alias_guards(tx: Tracer) -> None:
+    """Guards that each list or dict the trace changed is none of the other lists or dicts it
+    read: traced as distinct objects, a later call that passes one object for both would see
+    the change through one path only. (Objects reached twice in the trace are one value,
+    with an ALIAS_MATCH guard: see `wrap`.)"""
+    containers = list(tx.external_containers.values())
+    for changed in containers:
+        if not changed.mutated:
+            continue
+        for other in containers:
+            if other is not changed and type(other) is type(changed):
+                tx.guards.add(
+                    "ALIAS_MATCH",
+                    changed.source,
+                    f"{changed.source} is not {other.source}",
+                    f"{changed.source} and {other.source} are different objects",
+                    None,
+                )
 
 
 def _plain_mapping(value: dict) -> bool:

@@ -484,6 +484,7 @@ def _build_entry(
     written_cells = tracer.written_cells()
     live.extend(written_cells)
     mutated = [v for v in tracer.external_containers.values() if v.mutated]
+    mutated.extend(it for it in tracer.real_iterators.values() if it.index > it.start)
     live.extend(mutated)
     attr_writes = list(tracer.attr_writes.values())
     live.extend(v for writes in attr_writes for v in writes.values.values() if v is not None)

@@ -737,4 +737,6 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
 def get_iter(tx: Tracer, v: Var) -> IteratorVar:
     if isinstance(v, IteratorVar):
         return v
+    if isinstance(v, ListVar) and v.cls is list:
+        return IteratorVar(v.items, seq=v)  # a live view: it sees the list's later changes
     return IteratorVar(unpack_iterable(tx, v))

@@ -147,6 +147,8 @@ class Emitter:
             return "{" + ", ".join(self.expr(i) for i in v.items) + "}" if v.items else "set()"
         if isinstance(v, SliceVar):
             return f"slice({self.expr(v.start)}, {self.expr(v.stop)}, {self.expr(v.step)})"
+        if isinstance(v, IteratorVar) and v.seq is not None:
+            return f"{self.ref(_iterator_at, 'fn')}({self.expr(v.seq)}, {v.index})"
         if isinstance(v, IteratorVar):
             return "iter([" + ", ".join(self.expr(i) for i in v.items[v.index :]) + "])"
         if isinstance(v, FunctionVar):
@@ -205,6 +207,21 @@ class Emitter:
         return expr
 
 
+def _iterator_at(seq: list, index: int) -> Any:
+    """A real iterator over `seq`, `index` items in (an iterator over a list the trace made
+    or read, which must iterate that very list)."""
+    it = iter(seq)
+    for _ in range(index):
+        next(it)
+    return it
+
+
+def _advance(it: Any, n: int) -> None:
+    """Consume `n` items of the real iterator `it`: as many as the trace did."""
+    for _ in range(n):
+        next(it)
+
+
 def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
     """An instance built in the trace, made for real from its state, as its constructor left
     it: no constructor runs again. The mapping of a dict subclass is filled through the
@@ -247,6 +264,9 @@ def side_effects(
             new = em.temp(f"[{', '.join(em.expr(i) for i in v.items)}]")
             target = em.snapshot(v.source)
             lines.append(f"    {target}[:] = {new}")
+        if isinstance(v, IteratorVar) and v.source and v.index > v.start:
+            advance = em.ref(_advance, "fn")
+            lines.append(f"    {advance}({em.snapshot(v.source)}, {v.index - v.start})")
         if isinstance(v, DictVar) and v.mutated and v.source:
             # through the builtin mapping's methods: a subclass's own may do more (or refuse)
             base = em.ref(mapping_base(v.cls), "cls")

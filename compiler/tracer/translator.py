@@ -136,6 +136,7 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
         self.generators: list[IteratorVar] = []
         # lists and dicts read from the frame, by identity (wrap.py)
         self.external_containers: dict[int, Var] = {}
+        self.real_iterators: dict[int, IteratorVar] = {}  # iterators read from the frame
         self.break_at = break_at
         self.instructions_run = 0
         self.depth = 0

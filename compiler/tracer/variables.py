@@ -136,9 +136,15 @@ class CellVar(Var):
 
 @dataclass(eq=False)
 class IteratorVar(Var):
+    """An iterator: over `items` from `index` on. Over a list it shares the ListVar's `items`
+    (`seq`), so items the trace appends are still reached, as by a real list iterator."""
+
     items: list[Var]
     index: int = 0
     generator: Any = None  # generators.Inlined, for the values of a generator run ahead
+    seq: ListVar | None = None  # the list iterated
+    source: str | None = None  # a real iterator read from the frame: advanced after the graph
+    start: int = 0  # `index` when it was read from the frame
 
 
 @dataclass(eq=False)

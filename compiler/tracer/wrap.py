@@ -24,7 +24,8 @@ from compiler.tracer.variables import (
 if TYPE_CHECKING:
     from compiler.tracer.translator import Tracer
 
-_ITERATOR_TYPES = (type(iter([])), type(iter(())), type(iter(range(0))))
+_LIST_ITERATOR = type(iter([]))
+_ITERATOR_TYPES = (_LIST_ITERATOR, type(iter(())), type(iter(range(0))))
 
 # torch values the graph is specialised on; compared by equality.
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.memory_format, torch.layout, torch.Size)
@@ -102,14 +103,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         var.items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
         return var
     if isinstance(value, _ITERATOR_TYPES):
-        # An iterator left on the stack by an earlier entry: read what remains without
-        # consuming it.
-        remaining = iterator_rest(value)
-        guards.length(f"___iter_rest({source})", remaining, line)
-        tx.guards.namespace["___iter_rest"] = iterator_rest
-        return IteratorVar(
-            [wrap(tx, v, f"___iter_rest({source})[{i}]") for i, v in enumerate(remaining)]
-        )
+        return _real_iterator(tx, value, source)
     if isinstance(value, types.FunctionType):
         guards.identity(source, value, line)
         return FunctionVar(fn=value, source=source)
@@ -133,6 +127,43 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return ObjVar(value, source)
     guards.identity(source, value, line)
     return ObjVar(value, source)
+
+
+def _real_iterator(tx: Tracer, value: Any, source: str) -> IteratorVar:
+    """An iterator made by an earlier entry or passed in, read without consuming it: the
+    real one is advanced after the graph by what the trace consumed (reconstruct.py), so
+    every reference to it sees the same position. A list iterator iterates the list's
+    tracer value (changes the trace makes to the list are seen); a tuple's or a range's
+    what remains of them."""
+    line = tx.builder.line
+    known = tx.real_iterators.get(id(value))
+    if known is not None:
+        if source != known.source:
+            tx.guards.add(
+                "ALIAS_MATCH",
+                source,
+                f"{source} is {known.source}",
+                f"{source} is the same iterator as {known.source}",
+                line,
+            )
+        return known
+    tx.guards.type_of(source, value, line)
+    seq, index = _iterated(value)
+    if type(value) is _LIST_ITERATOR and type(seq) is list:
+        tx.guards.namespace["___iter_seq"] = lambda it: _iterated(it)[0]
+        tx.guards.namespace["___iter_pos"] = lambda it: _iterated(it)[1]
+        tx.guards.constant(f"___iter_pos({source})", index, line)
+        seq_var = wrap(tx, seq, f"___iter_seq({source})")
+        var = IteratorVar(seq_var.items, index, seq=seq_var, source=source, start=index)
+    else:
+        remaining = list(seq)[index:]
+        tx.guards.namespace["___iter_rest"] = iterator_rest
+        guards_source = f"___iter_rest({source})"
+        tx.guards.length(guards_source, remaining, line)
+        items = [wrap(tx, v, f"{guards_source}[{i}]") for i, v in enumerate(remaining)]
+        var = IteratorVar(items, source=source)
+    tx.real_iterators[id(value)] = var
+    return var
 
 
 def container_alias_guards(tx: Tracer) -> None:
@@ -184,8 +215,13 @@ def wrap_unguarded(value: Any) -> Var:
     return ObjVar(value)
 
 
-def iterator_rest(it: Any) -> list:
+def _iterated(it: Any) -> tuple[Any, int]:
+    """The sequence a list, tuple or range iterator iterates, and its position."""
     reduced = it.__reduce__()
     seq = reduced[1][0] if reduced[1] else ()
-    index = reduced[2] if len(reduced) > 2 else 0
+    return seq, reduced[2] if len(reduced) > 2 else 0
+
+
+def iterator_rest(it: Any) -> list:
+    seq, index = _iterated(it)
     return list(seq)[index:]

@@ -372,6 +372,27 @@ CASES: dict[str, str] = {
         def args():
             return (torch.randn(2, 5),)
     """,
+    "iterators_shared_and_resumed": """
+        def make():
+            def fn(x, lst, it_in):
+                it = iter(lst)
+                it2 = it
+                BREAK
+                a = next(it)
+                b = next(it2)
+                BREAK
+                lst.append(x * 5)
+                c = next(it)
+                d = next(it_in)
+                BREAK
+                rest = [t for t in it]
+                return x + a + b * 2 + c * 3 + d, rest, next(it2, None), it_in
+            return fn, lambda: None
+
+        def args():
+            lst = [torch.randn(2) for _ in range(4)]
+            return torch.randn(2), lst, iter((torch.randn(2), torch.randn(2), torch.randn(2)))
+    """,
     "iterator_consumed_by_builtins": """
         def make():
             def fn(x):
@@ -434,6 +455,9 @@ def _comparable(value: Any) -> Any:
         return ("function", _comparable(value(*[torch.ones(3)] * n)))
     if isinstance(value, (set, frozenset)):
         return sorted(value)
+    if isinstance(value, (type(iter([])), type(iter(())))):
+        seq, *index = value.__reduce__()[1:]  # what remains, without consuming it
+        return ("iterator", _comparable(list(seq[0] if seq else ())[index[0] if index else 0 :]))
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return type(value)(_comparable(v) for v in value)
     if isinstance(value, dict):

@@ -77,6 +77,38 @@ def run_finished(
     return it
 
 
+def ran_ahead(tx: Tracer, name: str, before: tuple[int, int], inputs: list[Var]) -> Inlined:
+    """What a lazy builtin that calls a function (map, filter) computed ahead could read; a
+    Restart at the instruction that called it when the calls changed any state."""
+    if (tx.effect_count(), tx.local_effects) != before:
+        raise Restart(
+            tx.root_pc,
+            f"the function {name}() applies changes state; {name}() runs in Python, step by "
+            "step with its consumer",
+        )
+    watched = [
+        (v, v.version)
+        for v in _reachable(inputs)
+        if isinstance(v, (ListVar, DictVar, NewObjectVar))
+    ]
+    return Inlined(name, tx.root_pc, tx.effect_count(), watched)
+
+
+def follow(
+    tx: Tracer, out: IteratorVar, args: list[Var], own: Inlined | None = None
+) -> IteratorVar:
+    """`out`, an iterator computed ahead from `args`: it is checked as the generator among
+    them is (or as itself, `own`, for map and filter) where its values are read."""
+    inherited = next(
+        (a.generator for a in args if isinstance(a, IteratorVar) and a.generator is not None),
+        None,
+    )
+    out.generator = inherited or own
+    if out.generator is not None:
+        tx.generators.append(out)
+    return out
+
+
 def check_read(tx: Tracer, it: IteratorVar) -> None:
     """Before a value of `it` is read: a generator whose inputs may have changed since it
     ran must run for real."""

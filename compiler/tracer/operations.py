@@ -552,14 +552,23 @@ def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
                 f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}"
             )
         return tx.builder.call("call_function", op, [a, b], {})
+    # `+=`, `*=` and `|=` change a list or dict in place (every reference sees it); the
+    # plain operators make a new one
+    if isinstance(a, ListVar) and op is operator.iadd:
+        mutable_list(tx, a).items.extend(unpack_iterable(tx, b))
+        return a
+    if isinstance(a, ListVar) and a.cls is list and op is operator.imul and isinstance(b, ConstVar):
+        items = mutable_list(tx, a).items
+        items[:] = items * b.value
+        return a
+    if isinstance(a, DictVar) and a.cls is dict and op is operator.ior and isinstance(b, DictVar):
+        mutable_dict(tx, a).items.update(b.items)
+        return a
     if (
         isinstance(a, (ListVar, TupleVar))
         and isinstance(b, (ListVar, TupleVar))
         and op in (operator.add, operator.iadd)
     ):
-        if op is operator.iadd and isinstance(a, ListVar):
-            mutable_list(tx, a).items.extend(b.items)
-            return a
         return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
     if (
         isinstance(a, (ListVar, TupleVar))
@@ -701,7 +710,7 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
     if isinstance(v, IteratorVar):
         generators.check_read(tx, v)
         items = v.items[v.index :]
-        v.index = len(v.items)
+        v.move(len(v.items), exhausted=True)
         return items
     if isinstance(v, DictVar):
         return [ConstVar(k) for k in v.items]

@@ -689,8 +689,9 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
         generators.check_read(self, it)
         if it.index < len(it.items):
             self.push(frame, it.items[it.index])
-            it.index += 1
+            it.move(it.index + 1)
             return
+        it.move(it.index, exhausted=True)
         if PY312:
             self.push(frame, NULL)  # END_FOR pops the iterator and this
         else:

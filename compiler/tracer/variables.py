@@ -145,6 +145,20 @@ class IteratorVar(Var):
     seq: ListVar | None = None  # the list iterated
     source: str | None = None  # a real iterator read from the frame: advanced after the graph
     start: int = 0  # `index` when it was read from the frame
+    # The iterators this one reads lazily (enumerate, zip, map, filter over an iterator),
+    # each with its index after this one gave k items (positions[k]), and its index and
+    # whether it ran out after this one ran out.
+    links: list[tuple[IteratorVar, list[int], tuple[int, bool]]] = field(default_factory=list)
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        """Consumed up to `index`, and then found empty if `exhausted`: the iterators it
+        reads move as they would in eager."""
+        self.index = index
+        for source, positions, final in self.links:
+            if exhausted:
+                source.move(*final)
+            else:
+                source.move(positions[index])
 
 
 @dataclass(eq=False)

@@ -411,6 +411,194 @@ CASES: dict[str, str] = {
         def args():
             return (torch.randn(2),)
     """,
+    "container_methods": """
+        def make():
+            def fn(x, items, d):
+                items.remove(items[0])
+                items += [x]
+                BREAK
+                items[1:3] = [x * 2]
+                d.setdefault("z", x)
+                BREAK
+                del d["a"]
+                d["a"] = x + 3
+                items *= 2
+                BREAK
+                k = d.popitem()
+                items.reverse()
+                d |= {"q": x}
+                return k
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), [torch.randn(2) for _ in range(4)], {"a": 1, "b": torch.randn(2)}
+    """,
+    "nested_containers": """
+        def make():
+            def fn(x, d, lst):
+                d["lst"].append(x)
+                lst[0]["k"] = x * 2
+                BREAK
+                inner = d["lst"]
+                d["lst"] = [x]
+                inner.append(x + 1)
+                BREAK
+                lst[0] = {"k": inner}
+                BREAK
+                return len(inner)
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), {"lst": [torch.randn(2)]}, [{"k": 1}, {"k": 2}]
+    """,
+    "module_cache_list": """
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cache = []
+                self.stats = {"n": 0}
+            def forward(self, x):
+                self.cache.append(x * 2)
+                BREAK
+                self.stats["n"] = self.stats["n"] + 1
+                BREAK
+                y = self.cache[-1] + self.stats["n"]
+                BREAK
+                return y
+        def make():
+            m = M()
+            return m, lambda: (m.cache, m.stats)
+        def args():
+            return (torch.randn(2),)
+    """,
+    "helper_writes_global_and_returns_closure": """
+        G = 0
+        def helper(x):
+            global G
+            G = G + 1
+            s = x * G
+            def inner(y):
+                return y + s
+            return inner
+        def make():
+            def fn(x):
+                f = helper(x)
+                BREAK
+                g = helper(x + 1)
+                BREAK
+                return f, g
+            return fn, lambda: G
+        def args():
+            return (torch.randn(3),)
+    """,
+    "exception_after_effects": """
+        def make():
+            def fn(x, items):
+                items.append(x)
+                BREAK
+                try:
+                    items.append(x * 2)
+                    raise ValueError("boom")
+                except ValueError:
+                    items.append(x * 3)
+                BREAK
+                items.append(x * 4)
+                if len(items) > 3:
+                    raise KeyError("out")
+                return x
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), []
+    """,
+    "inplace_in_list": """
+        def make():
+            def fn(x, items):
+                items[0].add_(x)
+                BREAK
+                y = items[0] * 2
+                items[1].mul_(y)
+                BREAK
+                return items[0]
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), [torch.randn(2), torch.randn(2)]
+    """,
+    "enumerate_zip_over_generator": """
+        def gen(state):
+            for i in range(3):
+                yield state["v"] * i
+        def make():
+            def fn(x, state):
+                out = []
+                for i, v in enumerate(gen(state)):
+                    out.append(v + i)
+                    state["v"] = state["v"] + x
+                    BREAK
+                for a, b in zip(gen(state), [1, 2, 3]):
+                    state["v"] = state["v"] * 2
+                    out.append(a * b)
+                BREAK
+                BREAK
+                return out
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), {"v": torch.randn(2)}
+    """,
+    "map_with_effects": """
+        def make():
+            def fn(x, items):
+                m = map(lambda v: items.append(v) or v * 2, [x, x + 1])
+                n = len(items)
+                BREAK
+                out = list(m)
+                BREAK
+                BREAK
+                return n, out, len(items)
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), []
+    """,
+    "delete_deref_and_partial": """
+        import functools
+        def make():
+            def fn(x):
+                s = x * 2
+                def add(a, b):
+                    return a + b + s
+                p = functools.partial(add, x)
+                BREAK
+                s = s + 1
+                BREAK
+                return p
+            return fn, lambda: None
+        def args():
+            return (torch.randn(3),)
+    """,
+    "lazy_builtins_share_iterators": """
+        def gen(xs):
+            for t in xs:
+                yield t * 2
+        def make():
+            def fn(x, lst):
+                it = iter(lst)
+                pairs = list(zip(it, [1]))
+                a = next(it)
+                BREAK
+                for i, v in enumerate(it):
+                    if i == 1:
+                        break
+                b = next(it)
+                BREAK
+                g = gen(lst)
+                big = filter(lambda t: t.sum() > -100, g)
+                c = next(big)
+                d = next(g)
+                m = map(lambda t: t + 1, g)
+                e = next(m)
+                BREAK
+                return pairs, a, b, c, d, e, list(m), list(g), next(it, None)
+            return fn, lambda: None
+        def args():
+            return torch.randn(2), [torch.randn(2) for _ in range(9)]
+    """,
 }
 
 

@@ -599,6 +599,55 @@ CASES: dict[str, str] = {
         def args():
             return torch.randn(2), [torch.randn(2) for _ in range(9)]
     """,
+    "returns_generator_and_defaults_closure": """
+        def make():
+            def fn(x, xs):
+                s = x.sum()
+                BREAK
+                def inner(y, s=s, *, k=x * 2):
+                    return y + s + k
+                g = (t * s for t in xs)
+                BREAK
+                first = next(g)
+                BREAK
+                return inner, g, first
+            return fn, lambda: None
+        def args():
+            return torch.randn(3), [torch.randn(3) for _ in range(3)]
+    """,
+    "function_attribute_writes": """
+        def helper(x):
+            return x + 1
+        helper.calls = 0
+        def make():
+            def fn(x):
+                helper.calls += 1
+                BREAK
+                y = helper(x) * helper.calls
+                BREAK
+                fn.last = y
+                BREAK
+                return y
+            return fn, lambda: (helper.calls, getattr(fn, "last", None))
+        def args():
+            return (torch.randn(3),)
+    """,
+    "closure_escapes_into_container_then_rebound": """
+        def make():
+            def fn(x, out):
+                k = x * 2
+                out.append(lambda: k)
+                BREAK
+                k = k + 1
+                BREAK
+                out.append(lambda: k * 2)
+                k = k * 3
+                BREAK
+                return len(out)
+            return fn, lambda: None
+        def args():
+            return torch.randn(3), []
+    """,
 }
 
 
@@ -636,13 +685,15 @@ def _objects(value: Any, path: str = "args") -> dict[int, str]:
 
 def _comparable(value: Any) -> Any:
     """`value` with what assert_same cannot compare made comparable: a function (a closure
-    returned by the compiled code) by what it returns for a fixed input, a set sorted, an
-    object by its attributes."""
+    returned by the compiled code) by what it returns for a fixed input, a set sorted, a
+    generator by what it yields, an iterator by what remains, an object by its attributes."""
     if isinstance(value, types.FunctionType):
         n = value.__code__.co_argcount
         return ("function", _comparable(value(*[torch.ones(3)] * n)))
     if isinstance(value, (set, frozenset)):
         return sorted(value)
+    if isinstance(value, types.GeneratorType):  # each side consumes its own
+        return ("generator", _comparable(list(value)))
     if isinstance(value, (type(iter([])), type(iter(())))):
         seq, *index = value.__reduce__()[1:]  # what remains, without consuming it
         return ("iterator", _comparable(list(seq[0] if seq else ())[index[0] if index else 0 :]))

@@ -80,7 +80,7 @@ class GraphBuilder:
         self._keep_alive: list[torch.Tensor] = []
         self.user_stack: list[SourceLine] = []
         self.grad_enabled = torch.is_grad_enabled()
-        self.effects = 0  # ops that write to tensors in place (generators.py)
+        self.effects = 0  # in-place writes and grad-mode switches (generators.py)
         self._names: set[str] = set()
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -231,6 +231,7 @@ class GraphBuilder:
         node = self.graph.call_function(torch._C._set_grad_enabled, (enabled,))
         self.annotate(node, None)
         self.grad_enabled = enabled
+        self.effects += 1  # a generator run ahead ran its ops under the mode before
 
     def wrap_output(self, node: torch.fx.Node, value: Any) -> Var:
         if isinstance(value, torch.Tensor):

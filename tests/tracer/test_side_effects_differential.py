@@ -648,6 +648,25 @@ CASES: dict[str, str] = {
         def args():
             return torch.randn(3), []
     """,
+    "generator_under_grad_modes": """
+        def gen(w, xs):
+            for t in xs:
+                yield t * w
+        def make():
+            def fn(w, xs):
+                g = gen(w, xs)
+                a = next(g)
+                with torch.no_grad():
+                    b = next(g)
+                BREAK
+                c = next(g)
+                BREAK
+                BREAK
+                return a.requires_grad, b.requires_grad, c.requires_grad, a + b + c
+            return fn, lambda: None
+        def args():
+            return torch.randn(2, requires_grad=True), [torch.randn(2) for _ in range(3)]
+    """,
 }
 
 

@@ -57,7 +57,7 @@ class GradRestore:
 
 _SIMPLE_LITERALS = (int, str, bytes, bool, type(None))
 # Expressions whose value no write of the rebuild code changes (see Emitter.snapshot).
-_STABLE_EXPR = re.compile(r"[A-Za-z_]\w*|L\['\w+'\]|O\[\d+\]|-?\d[\w.+-]*")
+_STABLE_EXPR = re.compile(r"[A-Za-z_]\w*|L\['\w+'\]|O\[\d+\]|-?\d+(\.\d*)?(e[+-]?\d+)?")
 
 
 @dataclass

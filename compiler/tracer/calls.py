@@ -374,7 +374,7 @@ def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict
     if name in ("keys", "__iter__"):
         keys = [ConstVar(k) for k in d.items]
         # a keys view compares and combines as a set, and iterates in insertion order
-        return SetVar(keys) if name == "keys" else IteratorVar(keys)
+        return SetVar(keys) if name == "keys" else IteratorVar(keys, seq=d)
     if name == "values":
         return ListVar(list(d.items.values()))
     if name == "get":

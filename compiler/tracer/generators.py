@@ -9,6 +9,9 @@ changes state it may read while it is not finished is not traced either. Either 
 trace restarts and breaks at the instruction that created it, which then runs for real and
 makes a real generator (a generator function always runs natively: evaluator.py).
 
+The keys of a dict are taken ahead too, when an iterator over it is made: a read after the
+dict changed size raises RuntimeError, as eager's next() does.
+
 State changes are counted by the Tracer (`Tracer.changed`): `effects` for changes any code
 may see (lists and dicts from outside the graph, attributes, cells, in-place tensor ops,
 objects built in the trace) and a `version` on each list or dict built in the trace, which
@@ -20,10 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from compiler.tracer.breaks import Restart
+from compiler.tracer.breaks import Raised, Restart
 from compiler.tracer.variables import (
     CellVar,
+    ConstVar,
     DictVar,
+    ExceptionVar,
     FunctionVar,
     IteratorVar,
     ListVar,
@@ -111,7 +116,10 @@ def follow(
 
 def check_read(tx: Tracer, it: IteratorVar) -> None:
     """Before a value of `it` is read: a generator whose inputs may have changed since it
-    ran must run for real."""
+    ran must run for real; a dict's keys whose dict changed size raise as in eager."""
+    if isinstance(it.seq, DictVar) and len(it.seq.items) != len(it.items):
+        message = ConstVar("dictionary changed size during iteration")
+        raise Raised(ExceptionVar(RuntimeError, [message]))
     gen = it.generator
     if gen is None or it.index >= len(it.items):
         return

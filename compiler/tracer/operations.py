@@ -748,4 +748,6 @@ def get_iter(tx: Tracer, v: Var) -> IteratorVar:
         return v
     if isinstance(v, ListVar) and v.cls is list:
         return IteratorVar(v.items, seq=v)  # a live view: it sees the list's later changes
+    if isinstance(v, DictVar) and v.cls is dict:
+        return IteratorVar([ConstVar(k) for k in v.items], seq=v)
     return IteratorVar(unpack_iterable(tx, v))

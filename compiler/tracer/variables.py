@@ -137,12 +137,14 @@ class CellVar(Var):
 @dataclass(eq=False)
 class IteratorVar(Var):
     """An iterator: over `items` from `index` on. Over a list it shares the ListVar's `items`
-    (`seq`), so items the trace appends are still reached, as by a real list iterator."""
+    (`seq`), so items the trace appends are still reached, as by a real list iterator; over
+    a dict (`seq`) its keys are taken when it is made, and a read after the dict changed
+    size raises as in eager (generators.check_read)."""
 
     items: list[Var]
     index: int = 0
     generator: Any = None  # generators.Inlined, for the values of a generator run ahead
-    seq: ListVar | None = None  # the list iterated
+    seq: ListVar | DictVar | None = None  # the list or dict iterated
     source: str | None = None  # a real iterator read from the frame: advanced after the graph
     start: int = 0  # `index` when it was read from the frame
     # The iterators this one reads lazily (enumerate, zip, map, filter over an iterator),

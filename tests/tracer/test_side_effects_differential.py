@@ -667,6 +667,28 @@ CASES: dict[str, str] = {
         def args():
             return torch.randn(2, requires_grad=True), [torch.randn(2) for _ in range(3)]
     """,
+    "dict_iterated_and_resized": """
+        def make():
+            def fn(x, d, grow):
+                out = x
+                for k in d:
+                    out = out + d[k]
+                    BREAK
+                    if grow and k == "b":
+                        d["z"] = x
+                BREAK
+                it = iter(d)
+                first = next(it)
+                BREAK
+                return out, first, list(it)
+            return fn, lambda: None
+
+        N = [0]
+
+        def args():
+            N[0] += 1
+            return torch.randn(2), {"a": torch.randn(2), "b": torch.randn(2)}, N[0] % 2 == 0
+    """,
 }
 
 

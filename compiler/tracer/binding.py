@@ -102,10 +102,6 @@ def function_closure(tx: Tracer, fn: FunctionVar) -> list[CellVar]:
     cells = fn.fn.__closure__ or ()
     names = fn.fn.__code__.co_freevars
     return [
-        CellVar(
-            cell=c,
-            name=n,
-            source=f"{fn.source}.__closure__[{i}].cell_contents" if fn.source else None,
-        )
+        tx.real_cell(c, n, f"{fn.source}.__closure__[{i}].cell_contents" if fn.source else None)
         for i, (n, c) in enumerate(zip(names, cells))
     ]

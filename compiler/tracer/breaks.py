@@ -25,6 +25,16 @@ class InlineBreak(Exception):
         self.user_stack = user_stack
 
 
+class Restart(Exception):
+    """The trace must start again and end its graph before the root-frame instruction `pc`,
+    an instruction already traced (one that made a generator: generators.py)."""
+
+    def __init__(self, pc: int, reason: str):
+        super().__init__(reason)
+        self.pc = pc
+        self.reason = reason
+
+
 class Raised(Exception):
     """Traced code raised a Python exception (`exc`, an ExceptionVar). The frame's exception
     table sends it to a handler in the trace; where none catches it, the graph ends before

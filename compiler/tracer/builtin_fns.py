@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.tracer import calls, objects
+from compiler.tracer import calls, generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
 from compiler.tracer.operations import (
@@ -76,7 +76,7 @@ _ITERATING = {sum, max, min, all, any, sorted, frozenset}
 
 def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Compute a pure function of constants now; with tensors, record it as a graph op."""
-    args = [ListVar(a.items[a.index :]) if isinstance(a, IteratorVar) else a for a in args]
+    args = [_read_iterator(tx, fn, a) if isinstance(a, IteratorVar) else a for a in args]
     if fn in _ITERATING and len(args) == 1 and not is_python_constant(args[0]):
         args = [ListVar(unpack_iterable(tx, args[0]))]  # its items, through its own __iter__
     if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
@@ -104,6 +104,25 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         return wrap_unguarded(fn(*a, **k))
     except Exception as e:
         raise raise_python(e) from None
+
+
+def _read_iterator(tx: Tracer, fn: Callable, it: IteratorVar) -> ListVar:
+    """The items `fn` reads from an iterator, which it consumes as in eager: all of them, or
+    for any() and all() those up to the first that decides the answer."""
+    generators.check_read(tx, it)
+    rest = it.items[it.index :]
+    if fn not in _ITERATING:
+        return ListVar(rest)
+    read = len(rest)
+    if fn in (any, all):
+        for i, item in enumerate(rest):
+            if not is_python_constant(item):
+                return ListVar(rest)  # tensors: _reduce_builtin breaks, consuming nothing
+            if bool(as_python_constant(item)) == (fn is any):
+                read = i + 1
+                break
+    it.move(it.index + read, exhausted=read == len(rest))
+    return ListVar(rest[:read])
 
 
 def _reduce_builtin(tx: Tracer, fn: Callable, args: list[Var]) -> Var:
@@ -259,13 +278,57 @@ def _enumerate(tx, args, kwargs):
         if len(args) > 1
         else as_python_constant(kwargs.get("start", ConstVar(0)))
     )
-    items = unpack_iterable(tx, args[0])
-    return IteratorVar([TupleVar([ConstVar(i + start), v]) for i, v in enumerate(items)])
+    (items,) = _lazy_columns(tx, [args[0]])
+    out = IteratorVar([TupleVar([ConstVar(i + start), v]) for i, v in enumerate(items)])
+    return _lazily_reads(tx, out, args[:1], [len(items)])
 
 
 def _zip(tx, args, kwargs):
-    columns = [unpack_iterable(tx, a) for a in args]
-    return IteratorVar([TupleVar(list(row)) for row in zip(*columns)])
+    columns = _lazy_columns(tx, args)
+    out = IteratorVar([TupleVar(list(row)) for row in zip(*columns)])
+    return _lazily_reads(tx, out, args, [len(c) for c in columns])
+
+
+def _lazy_columns(tx: Tracer, args: list[Var]) -> list[list[Var]]:
+    """The items a lazy builtin (enumerate, zip, map, filter) may read from each argument:
+    an iterator's are left unconsumed (`_lazily_reads` links them)."""
+    columns = []
+    for a in args:
+        if isinstance(a, IteratorVar):
+            generators.check_read(tx, a)
+            columns.append(a.items[a.index :])
+        else:
+            columns.append(unpack_iterable(tx, a))
+    return columns
+
+
+def _lazily_reads(
+    tx: Tracer,
+    out: IteratorVar,
+    args: list[Var],
+    reads: list[int],
+    own: generators.Inlined | None = None,
+    filtered: list[int] | None = None,
+) -> IteratorVar:
+    """`out`, the iterator of a lazy builtin over `args`, linked to the iterators among them
+    so that consuming it consumes them as in eager: it pulls one item from each argument in
+    turn per value, and when it runs out, the arguments before the first that ran short
+    (`reads`: how many items each can give) have given one item more. filter reads its one
+    argument to its end, `filtered[k]` items for its first k values. A generator's run-ahead
+    checks follow it (generators.py)."""
+    n = len(out.items)
+    short = next((j for j, r in enumerate(reads) if r <= n), len(args))
+    for j, a in enumerate(args):
+        if not isinstance(a, IteratorVar):
+            continue
+        base = a.index
+        if filtered is not None:
+            steps, final = filtered, (base + reads[j], True)
+        else:
+            steps = list(range(n + 1))
+            final = (base + n + 1, False) if j < short else (base + n, j == short)
+        out.links.append((a, [base + k for k in steps], final))
+    return generators.follow(tx, out, args, own)
 
 
 def _reversed(tx, args, kwargs):
@@ -280,9 +343,13 @@ def _iter(tx, args, kwargs):
 
 def _next(tx, args, kwargs):
     it = args[0]
+    if isinstance(it, IteratorVar):
+        generators.check_read(tx, it)
     if isinstance(it, IteratorVar) and it.index < len(it.items):
-        it.index += 1
+        it.move(it.index + 1)
         return it.items[it.index - 1]
+    if isinstance(it, IteratorVar):
+        it.move(it.index, exhausted=True)
     if isinstance(it, IteratorVar) and len(args) > 1:
         return args[1]
     if isinstance(it, IteratorVar):
@@ -291,15 +358,25 @@ def _next(tx, args, kwargs):
 
 
 def _map(tx, args, kwargs):
-    columns = [unpack_iterable(tx, a) for a in args[1:]]
-    return IteratorVar([calls.call(tx, args[0], list(row), {}) for row in zip(*columns)])
+    columns = _lazy_columns(tx, args[1:])
+    before = generators.run_started(tx)
+    values = [calls.call(tx, args[0], list(row), {}) for row in zip(*columns)]
+    own = generators.ran_ahead(tx, "map", before, args)
+    out = IteratorVar(values)
+    return _lazily_reads(tx, out, args[1:], [len(c) for c in columns], own=own)
 
 
 def _filter(tx, args, kwargs):
-    items = unpack_iterable(tx, args[1])
+    (items,) = _lazy_columns(tx, args[1:2])
+    before = generators.run_started(tx)
     if isinstance(args[0], ConstVar) and args[0].value is None:
-        return IteratorVar([i for i in items if truth(tx, i)])
-    return IteratorVar([i for i in items if truth(tx, calls.call(tx, args[0], [i], {}))])
+        kept = [k for k, i in enumerate(items) if truth(tx, i)]
+    else:
+        kept = [k for k, i in enumerate(items) if truth(tx, calls.call(tx, args[0], [i], {}))]
+    own = generators.ran_ahead(tx, "filter", before, args)
+    out = IteratorVar([items[k] for k in kept])
+    steps = [0] + [k + 1 for k in kept]  # the argument's position after each kept item
+    return _lazily_reads(tx, out, args[1:2], [len(items)], own, steps)
 
 
 def _print(tx, args, kwargs):

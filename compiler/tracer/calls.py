@@ -338,6 +338,7 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
         return objects.real_object_method(tx, obj, name, args)
     if isinstance(obj, SetVar) and name in ("add", "discard") and is_python_constant(args[0]):
         present = [i for i in obj.items if as_python_constant(i) != as_python_constant(args[0])]
+        tx.changed()
         obj.items[:] = present + ([args[0]] if name == "add" else [])
         return ConstVar(None)
     if isinstance(obj, TupleVar) and name in ("index", "count"):
@@ -352,7 +353,7 @@ def _list_method(tx: Tracer, lst: ListVar, name: str, args: list[Var]) -> Var:
         if name == "copy":
             return ListVar(list(lst.items))
         return builtin_fns.fold(tx, getattr(as_python_constant(lst), name), args, {})
-    items = mutable_list(lst).items
+    items = mutable_list(tx, lst).items
     if name == "append":
         items.append(args[0])
     elif name == "extend":
@@ -377,7 +378,7 @@ def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict
     if name in ("keys", "__iter__"):
         keys = [ConstVar(k) for k in d.items]
         # a keys view compares and combines as a set, and iterates in insertion order
-        return SetVar(keys) if name == "keys" else IteratorVar(keys)
+        return SetVar(keys) if name == "keys" else IteratorVar(keys, seq=d)
     if name == "values":
         return ListVar(list(d.items.values()))
     if name == "get":
@@ -394,7 +395,7 @@ def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict
         return ConstVar(dict_key(args[0]) in d.items)
     if name == "__len__":
         return ConstVar(len(d.items))
-    items = mutable_dict(d).items
+    items = mutable_dict(tx, d).items
     if name == "__setitem__":
         items[dict_key(args[0])] = args[1]
         return ConstVar(None)

@@ -75,12 +75,12 @@ class ContainerOpcodes:
     def LIST_APPEND(self, frame, ins):
         v = self.pop(frame)
         target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_list(target).items.append(v)
+        ops.mutable_list(self, target).items.append(v)
 
     def LIST_EXTEND(self, frame, ins):
         v = self.pop(frame)
         target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_list(target).items.extend(ops.unpack_iterable(self, v))
+        ops.mutable_list(self, target).items.extend(ops.unpack_iterable(self, v))
 
     def LIST_TO_TUPLE(self, frame, ins):
         v = self.pop(frame)
@@ -104,12 +104,12 @@ class ContainerOpcodes:
         value = self.pop(frame)
         key = self.pop(frame)
         target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_dict(target).items[ops.dict_key(key)] = value
+        ops.mutable_dict(self, target).items[ops.dict_key(key)] = value
 
     def DICT_UPDATE(self, frame, ins):
         v = self.pop(frame)
         target = self.resolve(frame.stack[-ins.arg])
-        ops.mutable_dict(target).items.update(ops.as_dict(self, v).items)
+        ops.mutable_dict(self, target).items.update(ops.as_dict(self, v).items)
 
     DICT_MERGE = DICT_UPDATE
 

@@ -44,6 +44,7 @@ from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult
 from compiler.tracer.variables import TensorVar, tensor_vars
+from compiler.tracer.wrap import container_alias_guards
 
 
 @dataclass
@@ -497,8 +498,11 @@ def _build_entry(
     if result.kind == "return":
         live = [result.value]
     else:
-        live = [*end_frame.locals.values(), *end_frame.stack, *end_frame.cells.values()]
-    mutated = [v for v in tracer.external_containers if v.mutated]
+        live = [*end_frame.locals.values(), *end_frame.stack]
+    written_cells = tracer.written_cells()
+    live.extend(written_cells)
+    mutated = [v for v in tracer.external_containers.values() if v.mutated]
+    mutated.extend(it for it in tracer.real_iterators.values() if it.index > it.start)
     live.extend(mutated)
     attr_writes = list(tracer.attr_writes.values())
     live.extend(v for writes in attr_writes for v in writes.values.values() if v is not None)
@@ -518,18 +522,18 @@ def _build_entry(
     name = f"{state.record.name}_{state.count}"
     for msg in builder.shapes.finish(tracer.guards):
         warnings.warn(msg, CompilerWarning, stacklevel=5)
+    container_alias_guards(tracer)
     guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}", L, frame.globals)
     fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":
         rebuild, _ = compile_rebuild(
-            "return", result.value, None, None, None, outputs, tracer.guards.namespace, mutated,
-            attr_writes,
-            builder.shapes.python_text,
+            "return", result.value, None, None, outputs, tracer.guards.namespace, mutated,
+            attr_writes, written_cells, builder.shapes.python_text,
         )  # fmt: skip
     else:
         rebuild, _ = compile_rebuild(
-            "break", None, end_frame.locals, end_frame.stack, end_frame.cells, outputs, tracer.guards.namespace,
-            mutated, attr_writes, builder.shapes.python_text,
+            "break", None, end_frame.locals, end_frame.stack, outputs, tracer.guards.namespace,
+            mutated, attr_writes, written_cells, builder.shapes.python_text,
         )  # fmt: skip
     graph_record = None
     graph_fn = None

@@ -92,6 +92,7 @@ class GraphBuilder:
         # autocast per device type as the graph leaves it so far; the fake ops run under it
         self.autocast_at_start = autocast.snapshot()
         self.autocast = dict(self.autocast_at_start)
+        self.effects = 0  # in-place writes and grad-mode switches (generators.py)
         self._names: set[str] = set()
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -180,6 +181,7 @@ class GraphBuilder:
         fx_kwargs, fake_kwargs = _convert_dict(self, kwargs)
         fake_out = self.run_fake(kind, target, fake_args, fake_kwargs)
         mutates = _is_impure(kind, target, kwargs)
+        self.effects += mutates  # in-place writes, counted for generators (generators.py)
         if not _has_tensor(fake_out) and not mutates:
             return _constant_result(fake_out)
         if kind == "call_method":
@@ -205,6 +207,7 @@ class GraphBuilder:
             )
         node = self.graph.call_function(fn, tuple(fx_args), fx_kwargs)
         node.meta["opaque"] = True
+        self.effects += 1  # it may write to its inputs
         self.annotate(node, fake_out)
         if fake_out is None:
             return ConstVar(None), node
@@ -240,6 +243,7 @@ class GraphBuilder:
         node = self.graph.call_function(torch._C._set_grad_enabled, (enabled,))
         self.annotate(node, None)
         self.grad_enabled = enabled
+        self.effects += 1  # a generator run ahead ran its ops under the mode before
 
     def set_autocast(self, device_type: str, state: tuple) -> None:
         """Autocast for `device_type` switched to `state` (enabled, dtype, cache) from here

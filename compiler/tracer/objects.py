@@ -173,6 +173,7 @@ def _class_member(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
 
 
 def store_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str, value: Var) -> None:
+    tx.changed(obj)
     setattr_fn = python_method(obj.cls, "__setattr__")
     if setattr_fn is not None:
         _call_fn(tx, setattr_fn, [obj, ConstVar(name), value], name)
@@ -189,6 +190,7 @@ def raw_store(obj: NewObjectVar, name: str, value: Var) -> None:
 
 
 def delete_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> None:
+    tx.changed(obj)
     delattr_fn = python_method(obj.cls, "__delattr__")
     if delattr_fn is not None:
         _call_fn(tx, delattr_fn, [obj, ConstVar(name)], name)
@@ -291,6 +293,7 @@ def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
 
 def write_attr(tx: Tracer, obj: ObjVar, name: str, value: Var | None) -> None:
     """Record `obj.name = value` (`del obj.name` for None) to replay after the graph."""
+    tx.changed()
     writes = tx.attr_writes.setdefault(id(obj.held), AttrWrites(obj))
     if value is None and writes.values.get(name) is None:
         # deleting what the trace did not write: whether it exists is not guarded

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from compiler.runtime.static import mark_static_address
-from compiler.tracer import objects
+from compiler.tracer import generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr, raise_python
 from compiler.tracer.lookups import MISSING, lookup
@@ -457,7 +457,9 @@ def _mapping_op(tx: Tracer, obj: Var, name: str, args: list[Var], what: str) -> 
     if isinstance(obj, DictVar):
         from compiler.tracer.calls import dict_method
 
-        return dict_method(tx, obj if name == "__getitem__" else mutable_dict(obj), name, args, {})
+        return dict_method(
+            tx, obj if name == "__getitem__" else mutable_dict(tx, obj), name, args, {}
+        )
     if isinstance(obj, NewObjectVar) and obj.items is not None:
         return objects.object_method(tx, obj, name, args, {})
     raise Break(f"{what} is not traced")
@@ -477,12 +479,12 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
     if isinstance(obj, ListVar):
         key = _const_index(index)
         if isinstance(key, slice):
-            mutable_list(obj).items[key] = unpack_iterable(tx, value)
+            mutable_list(tx, obj).items[key] = unpack_iterable(tx, value)
         else:
-            mutable_list(obj).items[key] = value
+            mutable_list(tx, obj).items[key] = value
         return
     if isinstance(obj, DictVar) and obj.cls is dict:
-        mutable_dict(obj).items[dict_key(index)] = value
+        mutable_dict(tx, obj).items[dict_key(index)] = value
         return
     what = f"item assignment on {describe(obj)} that exists outside the graph"
     _mapping_op(tx, obj, "__setitem__", [index, value], what)
@@ -490,7 +492,7 @@ def setitem(tx: Tracer, obj: Var, index: Var, value: Var) -> None:
 
 def delitem(tx: Tracer, obj: Var, index: Var) -> None:
     if isinstance(obj, ListVar):
-        del mutable_list(obj).items[_const_index(index)]
+        del mutable_list(tx, obj).items[_const_index(index)]
         return
     _mapping_op(tx, obj, "__delitem__", [index], f"del on {describe(obj)}")
 
@@ -504,18 +506,20 @@ def dict_key(v: Var) -> Any:
     return key
 
 
-def mutable_list(v: Var) -> ListVar:
+def mutable_list(tx: Tracer, v: Var) -> ListVar:
     """A list that may be changed. A list from outside the graph is changed symbolically and
     the change is replayed on the real list after the graph runs."""
     if isinstance(v, ListVar):
         v.mutated = v.source is not None
+        tx.changed(v)
         return v
     raise Break(f"mutation of {describe(v)}")
 
 
-def mutable_dict(v: Var) -> DictVar:
+def mutable_dict(tx: Tracer, v: Var) -> DictVar:
     if isinstance(v, DictVar):
         v.mutated = v.source is not None
+        tx.changed(v)
         return v
     raise Break(f"mutation of {describe(v)}")
 
@@ -558,14 +562,23 @@ def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
                 f"operator {op.__name__} between a tensor and {describe(b if isinstance(a, TensorVar) else a)}"
             )
         return tx.builder.call("call_function", op, [a, b], {})
+    # `+=`, `*=` and `|=` change a list or dict in place (every reference sees it); the
+    # plain operators make a new one
+    if isinstance(a, ListVar) and op is operator.iadd:
+        mutable_list(tx, a).items.extend(unpack_iterable(tx, b))
+        return a
+    if isinstance(a, ListVar) and a.cls is list and op is operator.imul and isinstance(b, ConstVar):
+        items = mutable_list(tx, a).items
+        items[:] = items * b.value
+        return a
+    if isinstance(a, DictVar) and a.cls is dict and op is operator.ior and isinstance(b, DictVar):
+        mutable_dict(tx, a).items.update(b.items)
+        return a
     if (
         isinstance(a, (ListVar, TupleVar))
         and isinstance(b, (ListVar, TupleVar))
         and op in (operator.add, operator.iadd)
     ):
-        if op is operator.iadd and isinstance(a, ListVar):
-            mutable_list(a).items.extend(b.items)
-            return a
         return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
     if (
         isinstance(a, (ListVar, TupleVar))
@@ -713,8 +726,9 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
     if isinstance(v, (ListVar, TupleVar)):
         return list(v.items)
     if isinstance(v, IteratorVar):
+        generators.check_read(tx, v)
         items = v.items[v.index :]
-        v.index = len(v.items)
+        v.move(len(v.items), exhausted=True)
         return items
     if isinstance(v, DictVar):
         return [ConstVar(k) for k in v.items]
@@ -750,4 +764,8 @@ def unpack_iterable(tx: Tracer, v: Var) -> list[Var]:
 def get_iter(tx: Tracer, v: Var) -> IteratorVar:
     if isinstance(v, IteratorVar):
         return v
+    if isinstance(v, ListVar) and v.cls is list:
+        return IteratorVar(v.items, seq=v)  # a live view: it sees the list's later changes
+    if isinstance(v, DictVar) and v.cls is dict:
+        return IteratorVar([ConstVar(k) for k in v.items], seq=v)
     return IteratorVar(unpack_iterable(tx, v))

@@ -8,6 +8,7 @@ locals, cells and stack at a graph break. Both are straight-line code generated 
 from __future__ import annotations
 
 import functools
+import re
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -58,6 +59,8 @@ class GradRestore:
 
 
 _SIMPLE_LITERALS = (int, str, bytes, bool, type(None))
+# Expressions whose value no write of the rebuild code changes (see Emitter.snapshot).
+_STABLE_EXPR = re.compile(r"[A-Za-z_]\w*|L\['\w+'\]|O\[\d+\]|-?\d+(\.\d*)?(e[+-]?\d+)?")
 
 
 @dataclass
@@ -77,6 +80,14 @@ class Emitter:
         name = f"___{hint}{len(self.namespace)}"
         self.namespace[name] = obj
         return name
+
+    def snapshot(self, expr: str) -> str:
+        """`expr` evaluated now, into a temporary unless it is a name, a literal, a local of
+        `L` or an output: sources such as `L['items'][1]` read objects that the side effects
+        change, and every value must be read as the trace saw it, before any write."""
+        if _STABLE_EXPR.fullmatch(expr):
+            return expr
+        return self.temp(expr)
 
     def temp(self, expr: str) -> str:
         self._counter += 1
@@ -139,6 +150,8 @@ class Emitter:
             return "{" + ", ".join(self.expr(i) for i in v.items) + "}" if v.items else "set()"
         if isinstance(v, SliceVar):
             return f"slice({self.expr(v.start)}, {self.expr(v.stop)}, {self.expr(v.step)})"
+        if isinstance(v, IteratorVar) and v.seq is not None:
+            return f"{self.ref(_iterator_at, 'fn')}({self.expr(v.seq)}, {v.index})"
         if isinstance(v, IteratorVar):
             return "iter([" + ", ".join(self.expr(i) for i in v.items[v.index :]) + "])"
         if isinstance(v, FunctionVar):
@@ -192,7 +205,7 @@ class Emitter:
         key = id(c)
         if key in self.cells:
             return self.cells[key]
-        if c.cell is not None and c.source is not None and c.source.startswith("L["):
+        if c.cell is not None and c.source == f"L[{c.name!r}]":  # a cell of the frame itself
             expr = f"F.cells[{c.name!r}]"
         elif c.cell is not None:
             expr = self.ref(c.cell, "cell")
@@ -201,6 +214,21 @@ class Emitter:
             expr = self.temp(f"{self.ref(types.CellType, 'cls')}({contents or ''})")
         self.cells[key] = expr
         return expr
+
+
+def _iterator_at(seq: list, index: int) -> Any:
+    """A real iterator over `seq`, `index` items in (an iterator over a list the trace made
+    or read, which must iterate that very list)."""
+    it = iter(seq)
+    for _ in range(index):
+        next(it)
+    return it
+
+
+def _advance(it: Any, n: int) -> None:
+    """Consume `n` items of the real iterator `it`: as many as the trace did."""
+    for _ in range(n):
+        next(it)
 
 
 def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
@@ -216,10 +244,13 @@ def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
     return obj
 
 
-def side_effects(em: Emitter, values: list[Var], attr_writes: list[AttrWrites]) -> list[str]:
+def side_effects(
+    em: Emitter, values: list[Var], attr_writes: list[AttrWrites], cells: list[CellVar]
+) -> list[str]:
     """Replay, on the real objects, the changes the trace made to lists and dicts that exist
-    outside the graph (in place, so every reference to them sees the change), and the
-    attributes it wrote to real objects."""
+    outside the graph (in place, so every reference to them sees the change), the attributes
+    it wrote to real objects and the real closure cells it wrote. The new values are read
+    into temporaries first (em.lines); the returned writes come after every read."""
     lines: list[str] = []
     seen: set[int] = set()
 
@@ -239,24 +270,36 @@ def side_effects(em: Emitter, values: list[Var], attr_writes: list[AttrWrites]) 
         for c in children:
             visit(c)
         if isinstance(v, ListVar) and v.mutated and v.source:
-            lines.append(f"    {v.source}[:] = [{', '.join(em.expr(i) for i in v.items)}]")
+            new = em.temp(f"[{', '.join(em.expr(i) for i in v.items)}]")
+            target = em.snapshot(v.source)
+            lines.append(f"    {target}[:] = {new}")
+        if isinstance(v, IteratorVar) and v.source and v.index > v.start:
+            advance = em.ref(_advance, "fn")
+            lines.append(f"    {advance}({em.snapshot(v.source)}, {v.index - v.start})")
         if isinstance(v, DictVar) and v.mutated and v.source:
             # through the builtin mapping's methods: a subclass's own may do more (or refuse)
             base = em.ref(mapping_base(v.cls), "cls")
             items = ", ".join(f"{em.ref(k, 'k')}: {em.expr(i)}" for k, i in v.items.items())
             new = em.temp(f"{{{items}}}")
-            lines.append(f"    {base}.clear({v.source})")
-            lines.append(f"    for k, v in {new}.items(): {base}.__setitem__({v.source}, k, v)")
+            target = em.snapshot(v.source)
+            lines.append(f"    {base}.clear({target})")
+            lines.append(f"    for k, v in {new}.items(): {base}.__setitem__({target}, k, v)")
 
     for v in values:
         visit(v)
     for writes in attr_writes:
+        target = em.snapshot(writes.obj.source)
         for name, value in writes.values.items():
             if value is None:  # deleted after the trace wrote it: absent, as it was or not
-                lines.append(f"    vars({writes.obj.source}).pop({name!r}, None)")
+                lines.append(f"    vars({target}).pop({name!r}, None)")
             else:
                 visit(value)
-                lines.append(f"    {writes.obj.source}.{name} = {em.expr(value)}")
+                lines.append(f"    {target}.{name} = {em.snapshot(em.expr(value))}")
+    for c in cells:
+        if c.contents is not None:
+            visit(c.contents)
+            new = em.snapshot(em.expr(c.contents))
+            lines.append(f"    {em.snapshot(em.cell(c))}.cell_contents = {new}")
     return lines
 
 
@@ -349,38 +392,33 @@ def compile_rebuild(
     value: Var | None,
     locals_: dict[str, Var] | None,
     stack: list[Var] | None,
-    cells: dict[str, CellVar] | None,
     outputs: list[TensorVar],
     namespace: dict[str, Any],
     mutated: list[Var] = (),
     attr_writes: list[AttrWrites] = (),
+    cells: list[CellVar] = (),
     sym_text: Callable[[Any, Callable], str] | None = None,
 ) -> tuple[Callable, str]:
-    """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack), after
-    writing changed cells into the real frame `F`. `sym_text` writes the Python of a
-    symbolic size (sizes are computed from the inputs, not graph outputs)."""
+    """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack). It
+    first reads every value the frame gets back (as the trace saw them), then replays the
+    side effects: containers, attributes and the real cells written (`cells`), among them
+    those of the real frame `F`. `sym_text` writes the Python of a symbolic size (sizes are
+    computed from the inputs, not graph outputs)."""
     em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)}, sym_text=sym_text)
-    effects = side_effects(em, list(mutated), list(attr_writes))
-    em.lines.extend(effects)
     if kind == "return":
-        result = em.expr(value)
-        body = [*em.lines, f"    return {result}"]
+        result = em.snapshot(em.expr(value))
     else:
         local_items = ", ".join(
-            f"{name!r}: {em.expr(v)}" for name, v in locals_.items() if not _is_lazy_same(v, name)
+            f"{name!r}: {em.snapshot(em.expr(v))}"
+            for name, v in locals_.items()
+            if not _is_lazy_same(v, name)
         )
         keep = [name for name, v in locals_.items() if _is_lazy_same(v, name)]
-        stack_items = ", ".join(em.expr(v) for v in stack)
-        cell_lines = []
-        for name, c in (cells or {}).items():
-            if c.dirty and c.contents is not None:
-                cell_lines.append(f"    F.cells[{name!r}].cell_contents = {em.expr(c.contents)}")
+        stack_items = ", ".join(em.snapshot(em.expr(v)) for v in stack)
         keep_expr = " ".join(f"{n!r}: L[{n!r}]," for n in keep)
-        body = [
-            *em.lines,
-            *cell_lines,
-            f"    return {{{keep_expr} {local_items}}}, [{stack_items}]",
-        ]
+        result = f"{{{keep_expr} {local_items}}}, [{stack_items}]"
+    effects = side_effects(em, list(mutated), list(attr_writes), list(cells))
+    body = [*em.lines, *effects, f"    return {result}"]
     source = "def rebuild(L, G, O, F):\n" + "\n".join(body) + "\n"
     ns = em.namespace
     exec(compile(source, "<rebuild>", "exec"), ns)

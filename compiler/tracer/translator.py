@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from compiler.records import SourceLine
-from compiler.tracer import binding, calls
+from compiler.tracer import binding, calls, generators
 from compiler.tracer import operations as ops
-from compiler.tracer.breaks import Break, InlineBreak, Raised
+from compiler.tracer.breaks import Break, InlineBreak, Raised, Restart
 from compiler.tracer.bytecode import PY312, Code, Instr, decode
 from compiler.tracer.container_opcodes import ContainerOpcodes
 from compiler.tracer.exception_opcodes import ExceptionOpcodes
@@ -35,6 +35,8 @@ from compiler.tracer.variables import (
     ExceptionVar,
     FunctionVar,
     IteratorVar,
+    ListVar,
+    NewObjectVar,
     NullVar,
     ObjVar,
     SliceVar,
@@ -126,15 +128,26 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
         self.unwound: int | None = None
         self.covered = False
         self.attr_writes: dict[int, AttrWrites] = {}  # attributes written to real objects
-        self.external_containers: list[Var] = []  # lists/dicts read from the frame
+        # State changes, counted for the generators the trace runs ahead (generators.py):
+        # those any code may see, those to lists and dicts built in the trace, and the
+        # iterators of the generators inlined.
+        self.effects = 0
+        self.local_effects = 0
+        self.generators: list[IteratorVar] = []
+        # lists and dicts read from the frame, by identity (wrap.py)
+        self.external_containers: dict[int, Var] = {}
+        self.real_iterators: dict[int, IteratorVar] = {}  # iterators read from the frame
         self.break_at = break_at
         self.instructions_run = 0
         self.depth = 0
         self.globals_refs: dict[int, str] = {id(G): "G"}
         locals_ = {name: LazyVar(value, f"L[{name!r}]") for name, value in frame_locals.items()}
+        # Real cells by identity: a closure the trace inlines may share a cell with the frame
+        # or with another closure, and a write through one must be seen through the others.
+        # Those written in the trace are written for real after the graph (reconstruct.py).
+        self.real_cells: dict[int, CellVar] = {}
         cell_vars = {
-            name: CellVar(cell=cell, name=name, source=f"L[{name!r}]")
-            for name, cell in cells.items()
+            name: self.real_cell(cell, name, f"L[{name!r}]") for name, cell in cells.items()
         }
         stack_vars: list[Var] = [
             NULL if v is calls.REAL_NULL else LazyVar(v, f"L['__stack{i}']")
@@ -156,6 +169,32 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             self.globals_refs[id(g)] = name
             self.guards.namespace[name] = g
         return name
+
+    def changed(self, v: Var | None = None) -> None:
+        """Count a change of state: of the list, dict or object `v` built in the trace, or of
+        state any code may see (None, or a list or dict from outside the graph)."""
+        if isinstance(v, (ListVar, DictVar, NewObjectVar)) and v.source is None:
+            v.version += 1
+            self.local_effects += 1
+        else:
+            self.effects += 1
+
+    def effect_count(self) -> int:
+        """Changes of state any code may see, in-place tensor ops of the graph included."""
+        return self.effects + self.builder.effects
+
+    def real_cell(self, cell: Any, name: str, source: str | None) -> CellVar:
+        """The one tracer value of a real cell, whatever path reached it."""
+        var = self.real_cells.get(id(cell))
+        if var is None:
+            var = self.real_cells[id(cell)] = CellVar(cell=cell, name=name, source=source)
+        elif var.source is None:
+            var.source = source
+        return var
+
+    def written_cells(self) -> list[CellVar]:
+        """The real cells the trace wrote: their new contents are written after the graph."""
+        return [c for c in self.real_cells.values() if c.dirty]
 
     def cell_contents(self, cell: CellVar) -> Var:
         if cell.contents is None:
@@ -183,14 +222,19 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             ins = frame.code.instructions[frame.pc]
             self.builder.user_stack = [frame.line()]
             if self.break_at is not None and frame.pc == self.break_at[0]:
-                return TraceResult(
-                    "break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2]
+                return self._ended(
+                    TraceResult(
+                        "break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2]
+                    )
                 )
             saved_stack = list(frame.stack)
             saved_kw = frame.kw_names
             self.root_pc = frame.pc
             try:
                 result = self.step(frame, ins)
+            except Restart as r:
+                self.current_root_pc = r.pc
+                return TraceResult("restart", reason=r.reason, user_stack=[frame.line()])
             except Break as b:
                 if self.unwound is not None:
                     return self._restart_at_raise(
@@ -198,7 +242,9 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                     )
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
-                return TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
+                return self._ended(
+                    TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
+                )
             except InlineBreak as b:
                 if self.unwound is not None:
                     return self._restart_at_raise(b.reason, [frame.line(), *b.user_stack])
@@ -214,11 +260,34 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                     return self._restart_at_raise(reason, r.user_stack or [frame.line()])
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
-                return TraceResult(
-                    "break", frame=frame, reason=reason, user_stack=r.user_stack or [frame.line()]
+                return self._ended(
+                    TraceResult(
+                        "break",
+                        frame=frame,
+                        reason=reason,
+                        user_stack=r.user_stack or [frame.line()],
+                    )
                 )
             if result is not None:
-                return TraceResult("return", value=result)
+                return self._ended(TraceResult("return", value=result))
+
+    def _ended(self, result: TraceResult) -> TraceResult:
+        """`result`, or a restart where a generator the trace ran ahead is left unfinished
+        where Python code runs next (generators.py)."""
+        if result.kind == "return":
+            roots = [result.value]
+        else:
+            roots = [*result.frame.locals.values(), *result.frame.stack]
+        roots.extend(v for v in self.external_containers.values() if v.mutated)
+        roots.extend(self.written_cells())
+        for writes in self.attr_writes.values():
+            roots.extend(v for v in writes.values.values() if v is not None)
+        try:
+            generators.check_live(self, roots)
+        except Restart as r:
+            self.current_root_pc = r.pc
+            return TraceResult("restart", reason=r.reason, user_stack=result.user_stack)
+        return result
 
     def _restart_at_raise(self, reason: str, user_stack: list[SourceLine]) -> TraceResult:
         """Trace again, ending the graph before the root-frame instruction that raised the
@@ -281,8 +350,11 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             code, g, self.globals_source(g), locals_, cells, [], code.start, fn_name=code.name
         )
         if code.is_generator:
-            # Run the generator to completion now; its values are what iterating it yields.
+            # Run the generator to completion now; its values are what iterating it yields
+            # (generators.py says when that is safe).
             child.yields = []
+            inputs = [*locals_.values(), *cells.values()]
+            before = generators.run_started(self)
         self.depth += 1
         try:
             while True:
@@ -299,7 +371,9 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                         self.unwound = self.root_pc  # the callee's effects so far are in the trace
                     raise
                 if result is not None:
-                    return IteratorVar(child.yields) if child.yields is not None else result
+                    if child.yields is None:
+                        return result
+                    return generators.run_finished(self, code.name, before, inputs, child.yields)
         finally:
             self.depth -= 1
             self.builder.user_stack = parent_stack
@@ -381,8 +455,15 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
 
     def STORE_DEREF(self, frame, ins):
         cell = frame.cells[ins.argval]
+        if cell.cell is not None and cell.source is None:
+            # the function was reached without a guarded path: its cells may not be the ones
+            # the next call reaches, so the write is not replayed on a baked-in cell
+            raise Break(
+                f"assignment to closure variable {cell.name!r} of a function without a source"
+            )
         cell.contents = self.pop(frame)
         cell.dirty = True
+        self.changed()
 
     def LOAD_GLOBAL(self, frame, ins):
         if (ins.arg or 0) & 1:
@@ -605,10 +686,12 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
         frame.stack[-1] = it
         if not isinstance(it, IteratorVar):
             raise Break(f"iteration over {type(it).__name__} is not traced")
+        generators.check_read(self, it)
         if it.index < len(it.items):
             self.push(frame, it.items[it.index])
-            it.index += 1
+            it.move(it.index + 1)
             return
+        it.move(it.index, exhausted=True)
         if PY312:
             self.push(frame, NULL)  # END_FOR pops the iterator and this
         else:

@@ -9,7 +9,7 @@ and can be fetched again at run time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,7 @@ class ListVar(Var):
     items: list[Var]
     source: str | None = None  # set when the list exists outside the trace
     mutated: bool = False  # an outside list changed during the trace: replayed after the graph
+    version: int = 0  # changes made in the trace (generators.py)
     cls: type = list  # list, or torch.nn.ModuleList for a slice of one (made from a list)
 
 
@@ -86,6 +87,7 @@ class DictVar(Var):
     source: str | None = None
     cls: type = dict
     mutated: bool = False
+    version: int = 0  # changes made in the trace (generators.py)
 
 
 @dataclass(eq=False)
@@ -149,8 +151,31 @@ class CellVar(Var):
 
 @dataclass(eq=False)
 class IteratorVar(Var):
+    """An iterator: over `items` from `index` on. Over a list it shares the ListVar's `items`
+    (`seq`), so items the trace appends are still reached, as by a real list iterator; over
+    a dict (`seq`) its keys are taken when it is made, and a read after the dict changed
+    size raises as in eager (generators.check_read)."""
+
     items: list[Var]
     index: int = 0
+    generator: Any = None  # generators.Inlined, for the values of a generator run ahead
+    seq: ListVar | DictVar | None = None  # the list or dict iterated
+    source: str | None = None  # a real iterator read from the frame: advanced after the graph
+    start: int = 0  # `index` when it was read from the frame
+    # The iterators this one reads lazily (enumerate, zip, map, filter over an iterator),
+    # each with its index after this one gave k items (positions[k]), and its index and
+    # whether it ran out after this one ran out.
+    links: list[tuple[IteratorVar, list[int], tuple[int, bool]]] = field(default_factory=list)
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        """Consumed up to `index`, and then found empty if `exhausted`: the iterators it
+        reads move as they would in eager."""
+        self.index = index
+        for source, positions, final in self.links:
+            if exhausted:
+                source.move(*final)
+            else:
+                source.move(positions[index])
 
 
 @dataclass(eq=False)
@@ -208,6 +233,7 @@ class NewObjectVar(Var):
     cls: type
     fields: dict[str, Var] = field(default_factory=dict)
     items: DictVar | None = None  # the mapping of an instance of a dict subclass
+    version: int = 0  # changes made in the trace (generators.py)
 
 
 @dataclass(eq=False)
@@ -261,6 +287,10 @@ def as_python_constant(v: Var) -> Any:
             as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step)
         )
     if isinstance(v, ObjVar):
+        if isinstance(v.value, Iterator):
+            # a real iterator or generator changes when it is read: folding a call over it
+            # at trace time would consume it, and the call made for real would find it empty
+            raise TypeError("a real iterator is not a constant")
         return v.value
     raise TypeError(f"{type(v).__name__} is not a constant")
 

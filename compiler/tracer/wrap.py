@@ -28,7 +28,8 @@ from compiler.tracer.variables import (
 if TYPE_CHECKING:
     from compiler.tracer.translator import Tracer
 
-_ITERATOR_TYPES = (type(iter([])), type(iter(())), type(iter(range(0))))
+_LIST_ITERATOR = type(iter([]))
+_ITERATOR_TYPES = (_LIST_ITERATOR, type(iter(())), type(iter(range(0))))
 
 # torch values the graph is specialised on; compared by equality.
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.memory_format, torch.layout, torch.Size)
@@ -67,10 +68,30 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
                 value, torch.dtype
             ) else guards.constant(source, value, line)
         return ConstVar(value, source)
+    if (
+        type(value) is list
+        or type(value) is dict
+        or (isinstance(value, dict) and _plain_mapping(value))
+    ):
+        known = tx.external_containers.get(id(value))
+        if known is not None:
+            # the same list or dict reached again (a global read twice, one list passed as
+            # two arguments): one tracer value, so a change through one path is seen through
+            # the other; the next call must reach the same object the same ways
+            if source != known.source:
+                guards.add(
+                    "ALIAS_MATCH",
+                    source,
+                    f"{source} is {known.source}",
+                    f"{source} is the same object as {known.source}",
+                    line,
+                )
+            return known
     if type(value) is list:
         guards.length(source, value, line)
-        var = ListVar([wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)], source)
-        tx.external_containers.append(var)
+        var = ListVar([], source)
+        tx.external_containers[id(value)] = var  # before the items: a list may contain itself
+        var.items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return var
     if is_constant_tuple(value) and is_attribute_source(source):
         guards.constant_tuple(source, value, line)
@@ -81,19 +102,12 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return TupleVar(items, source, cls=type(value))
     if type(value) is dict or (isinstance(value, dict) and _plain_mapping(value)):
         guards.dict_keys(source, value, line)
-        items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
-        var = DictVar(items, source, cls=type(value))
-        tx.external_containers.append(var)
+        var = DictVar({}, source, cls=type(value))
+        tx.external_containers[id(value)] = var
+        var.items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
         return var
     if isinstance(value, _ITERATOR_TYPES):
-        # An iterator left on the stack by an earlier entry: read what remains without
-        # consuming it.
-        remaining = iterator_rest(value)
-        guards.length(f"___iter_rest({source})", remaining, line)
-        tx.guards.namespace["___iter_rest"] = iterator_rest
-        return IteratorVar(
-            [wrap(tx, v, f"___iter_rest({source})[{i}]") for i, v in enumerate(remaining)]
-        )
+        return _real_iterator(tx, value, source)
     if isinstance(value, types.FunctionType):
         guards.identity(source, value, line)
         return FunctionVar(fn=value, source=source)
@@ -152,6 +166,62 @@ def _made_at_run_time(value: Any) -> bool:
         )
     )
 
+def _real_iterator(tx: Tracer, value: Any, source: str) -> IteratorVar:
+    """An iterator made by an earlier entry or passed in, read without consuming it: the
+    real one is advanced after the graph by what the trace consumed (reconstruct.py), so
+    every reference to it sees the same position. A list iterator iterates the list's
+    tracer value (changes the trace makes to the list are seen); a tuple's or a range's
+    what remains of them."""
+    line = tx.builder.line
+    known = tx.real_iterators.get(id(value))
+    if known is not None:
+        if source != known.source:
+            tx.guards.add(
+                "ALIAS_MATCH",
+                source,
+                f"{source} is {known.source}",
+                f"{source} is the same iterator as {known.source}",
+                line,
+            )
+        return known
+    tx.guards.type_of(source, value, line)
+    seq, index = _iterated(value)
+    if type(value) is _LIST_ITERATOR and type(seq) is list:
+        tx.guards.namespace["___iter_seq"] = lambda it: _iterated(it)[0]
+        tx.guards.namespace["___iter_pos"] = lambda it: _iterated(it)[1]
+        tx.guards.constant(f"___iter_pos({source})", index, line)
+        seq_var = wrap(tx, seq, f"___iter_seq({source})")
+        var = IteratorVar(seq_var.items, index, seq=seq_var, source=source, start=index)
+    else:
+        remaining = list(seq)[index:]
+        tx.guards.namespace["___iter_rest"] = iterator_rest
+        guards_source = f"___iter_rest({source})"
+        tx.guards.length(guards_source, remaining, line)
+        items = [wrap(tx, v, f"{guards_source}[{i}]") for i, v in enumerate(remaining)]
+        var = IteratorVar(items, source=source)
+    tx.real_iterators[id(value)] = var
+    return var
+
+
+def container_alias_guards(tx: Tracer) -> None:
+    """Guards that each list or dict the trace changed is none of the other lists or dicts it
+    read: traced as distinct objects, a later call that passes one object for both would see
+    the change through one path only. (Objects reached twice in the trace are one value,
+    with an ALIAS_MATCH guard: see `wrap`.)"""
+    containers = list(tx.external_containers.values())
+    for changed in containers:
+        if not changed.mutated:
+            continue
+        for other in containers:
+            if other is not changed and type(other) is type(changed):
+                tx.guards.add(
+                    "ALIAS_MATCH",
+                    changed.source,
+                    f"{changed.source} is not {other.source}",
+                    f"{changed.source} and {other.source} are different objects",
+                    None,
+                )
+
 
 def _plain_mapping(value: dict) -> bool:
     """A dict subclass instance the trace holds as its mapping: no attributes of its own, and
@@ -182,8 +252,13 @@ def wrap_unguarded(value: Any) -> Var:
     return ObjVar(value)
 
 
-def iterator_rest(it: Any) -> list:
+def _iterated(it: Any) -> tuple[Any, int]:
+    """The sequence a list, tuple or range iterator iterates, and its position."""
     reduced = it.__reduce__()
     seq = reduced[1][0] if reduced[1] else ()
-    index = reduced[2] if len(reduced) > 2 else 0
+    return seq, reduced[2] if len(reduced) > 2 else 0
+
+
+def iterator_rest(it: Any) -> list:
+    seq, index = _iterated(it)
     return list(seq)[index:]

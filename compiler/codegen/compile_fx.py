@@ -25,6 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from compiler import config
+from compiler.aot.outputs import plain_containers, returning_as_eager
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelSource, emitter_for, kernel_arguments, shared_kernels
 from compiler.codegen.wrapper import extern_lines, wrapper_source
@@ -38,7 +39,6 @@ from compiler.runtime.eager import run_eagerly
 from compiler.runtime.gc_pause import gc_paused
 from compiler.runtime.keys import SignatureKey, kept_key
 from compiler.runtime.lazy_graphs import graph_code, runnable
-from compiler.runtime.support import unflattener
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
@@ -479,31 +479,15 @@ def _lines(sched: Schedule, origins: Sequence[str]) -> list:
     return out
 
 
-def _mutable(out: Any) -> Any:
-    """FX keeps output containers as immutable_list/dict; the user's code returned plain ones."""
-    if isinstance(out, tuple):
-        return tuple(_mutable(o) for o in out)
-    if isinstance(out, list):
-        return [_mutable(o) for o in out]
-    if isinstance(out, dict):
-        return {k: _mutable(v) for k, v in out.items()}
-    return out
-
-
 def _runner(
     call: Callable, aot: AotGraph, mode: str | None, device: torch.device, mutated: list[int]
 ) -> Callable:
-    """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output structure`."""
+    """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output`, as eager returns it
+    (its structure, and the outputs that are inputs or views of them: aot/outputs.py)."""
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
-    _, spec = tree_flatten(_mutable(output.args[0]))
+    _, spec = tree_flatten(plain_containers(output.args[0]))
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
         call = CudaGraphRunner(call, mutated, aot.internal_from, aot.gradients_out)
-
-    unflatten = unflattener(spec)
-
-    def run(*args: Any) -> Any:
-        return unflatten(list(call(list(args))))
-
-    return run
+    return returning_as_eager(call, aot.outputs, spec)

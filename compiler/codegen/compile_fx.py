@@ -30,7 +30,7 @@ from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, tr
 from compiler.codegen.common import KernelSource, emitter_for, kernel_arguments, shared_kernels
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
-from compiler.lowering.core import lower
+from compiler.lowering.core import graph_device, lower
 from compiler.records import CompilerWarning, GraphRecord, KernelRecord, current_graph
 from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
@@ -313,8 +313,7 @@ class _Compiled:
     def build(self) -> Callable:
         if not all(isinstance(t, torch.Tensor) for t in self.inputs):
             raise TypeError("non-tensor graph inputs are not supported by the code generator")
-        devices = {t.device for t in self.inputs} or {torch.device("cpu")}
-        device = next(iter(devices))
+        device = graph_device(self.inputs)  # its kernels' (other devices' ops: extern calls)
         emitter, why = emitter_for(device)
         if emitter is None:
             self.record.notes.append(f"ran eagerly: {why}")
@@ -334,13 +333,15 @@ class _Compiled:
             # in one kernel: their reduction loops vectorise with OpenMP `simd reduction(+)`
             # clauses, which a Welford state (three values, a division per element) cannot
             # use, and they never split a reduction, where Welford saves whole kernels.
-            graph, notes = lower(aot, self.inputs, channels_last=channels_last, welford=not cpp)
+            graph, notes = lower(
+                aot, self.inputs, channels_last=channels_last, welford=not cpp, device=device
+            )
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             # Emitters for parallel devices say how many processors to fill (Triton: the
             # SMs), which splits long reductions with few outputs; C++ never splits.
             processors = emitter.processors(device) if hasattr(emitter, "processors") else None
-            sched = fuse(graph, materialise_broadcasts=cpp, processors=processors)
+            sched = fuse(graph, materialise_broadcasts=cpp, processors=processors, device=device)
         with self.stage("codegen"):
             kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
             what = f"the {self.part} graph" if self.part else "a graph"
@@ -352,7 +353,16 @@ class _Compiled:
             call = self._load(emitter, sched, kernels, source, device)
         self._records(sched, kernels, source)
         mutated = mutated_inputs(aot.gm)
-        run = _runner(call, aot, self.mode, device, mutated)
+        mode = self.mode
+        elsewhere = sorted({str(lay.device) for lay in sched.buffers.values()} - {str(device)})
+        if elsewhere:
+            note = f"tensors on {', '.join(elsewhere)} are read and made by extern calls"
+            if mode == "reduce-overhead":  # a CUDA graph cannot hold host work
+                note += "; no CUDA graph: the graph moves tensors between devices"
+                mode = None
+            if note not in self.record.notes:
+                self.record.notes.append(note)
+        run = _runner(call, aot, mode, device, mutated)
         run = alias_safe(run, self.gm.forward, mutated, self.record)
         run.mutated_inputs = mutated
         return run

@@ -5,8 +5,8 @@ written in place shares the input's memory with eager's offset, size and strides
 random inputs, and compares the values, the inputs after the call, and how every output
 leaf aliases the inputs and the other outputs.
 
-Three ways in: compiler.compile with the default backend (the tracer's graphs, whose fake
-values describe the outputs), compile_fx on a symbolic_trace graph (no recorded values: the
+Four ways in: compiler.compile with the default backend (the tracer's graphs, whose fake
+values describe the outputs; with dynamic=True, compiled per size), compile_fx on a symbolic_trace graph (no recorded values: the
 aot trace's own), and the aot_eager backend."""
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def _via_tracer(fn):
     return compiler.compile(fn)
 
 
+def _via_tracer_dynamic(fn):
+    # symbolic sizes: compiled per size (backends/per_size.py), described by the aot trace
+    return compiler.compile(fn, dynamic=True)
+
+
 def _via_aot_eager(fn):
     return compiler.compile(fn, backend="aot_eager")
 
@@ -49,7 +54,12 @@ def _via_compile_fx(fn):
     return run
 
 
-PATHS = {"tracer": _via_tracer, "compile_fx": _via_compile_fx, "aot_eager": _via_aot_eager}
+PATHS = {
+    "tracer": _via_tracer,
+    "tracer_dynamic": _via_tracer_dynamic,
+    "compile_fx": _via_compile_fx,
+    "aot_eager": _via_aot_eager,
+}
 
 
 def _relation(t, inputs, earlier) -> tuple:

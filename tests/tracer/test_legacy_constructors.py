@@ -82,3 +82,14 @@ def test_what_eager_aliases_runs_in_python():
 def test_another_device_type_runs_in_python():
     fn = lambda x: x + torch.FloatTensor([1, 2, 3], device="meta")  # noqa: E731
     check(fn, T(3))  # eager's RuntimeError, raised as eager raises it
+
+
+@pytest.mark.gpu
+def test_cuda_classes_on_the_gpu():
+    def fn(x):
+        return x + torch.cuda.FloatTensor([1, 2, 3]), torch.cuda.LongTensor(2, 3).shape
+
+    x = torch.randn(3, device="cuda")
+    expected, got = fn(x), compiler.compile(fn)(x)
+    torch.testing.assert_close(got, expected)
+    assert_explain(fn, [lambda: torch.randn(3, device="cuda")], graphs=1, breaks=0)

@@ -119,3 +119,11 @@ def test_a_structseq_argument():
             assert_same(expected, got)
     out = compiler.explain(fn)(torch.sort(torch.randn(5, 4)))
     assert (out.graph_count, out.graph_break_count) == (1, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["sort", "topk", "max_dim", "aminmax", "cummax", "frexp"])
+def test_returned_on_the_gpu(op):
+    fn = RETURN_TYPES[op]
+    x = torch.randn(5, 4, device="cuda")
+    assert_same(fn(x), compiler.compile(fn)(x), atol=1e-4, rtol=1e-4)

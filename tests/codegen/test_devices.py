@@ -9,8 +9,10 @@ transfers between kernels and no fusion across devices. Once, `x + 1, .cuda(), +
 Without a GPU: graphs of fake CUDA tensors (FakeTensorMode makes them without one) are
 traced, lowered and scheduled, and every kernel's aten nodes, read and computed, must be
 on the graph's device according to the aten graph's own fake values (which say where eager
-puts each tensor, unlike the IR under test). The GPU tests run the same programs compiled
-against eager on the device."""
+puts each tensor, unlike the IR under test). And compiled programs that move tensors from
+the CPU to the meta device run for real: before the fix their C++ kernels were handed meta
+tensors and the process died (rc 139), as on a GPU. The GPU tests run the programs of the
+issue compiled against eager on the device."""
 
 from __future__ import annotations
 
@@ -145,6 +147,59 @@ def test_check_devices_refuses_a_kernel_of_two_devices():
     with pytest.raises(MixedDevices, match="for cuda:0"):
         check_devices([kernel], {"a": lay["a"], "b": lay["a"]}, torch.device("cuda:0"))
     check_devices([kernel], {"a": lay["b"], "b": lay["b"]}, torch.device("cuda:0"))
+
+
+# ---- on the CPU, with the meta device as the other one -------------------------------------
+
+# Tensors moved to the meta device have no memory: a C++ kernel handed one reads through a
+# null pointer, as a CUDA kernel handed a CPU tensor faults. These programs crashed the
+# process before the fix; they run in a child process, so a regression fails the test
+# instead of ending the run. Meta tensors are compared by size, dtype and device.
+_META_PROGRAMS = """
+import sys, torch, compiler
+
+def moved_and_computed_on(x):
+    m = (x + 1).to("meta") + 3
+    return m, x * 2, m.sum(), (m * x.to("meta")).exp()
+
+def constant_moved(x):
+    return x.sin() + 1, torch.tensor([1.0, 2.0]).to("meta") * 2
+
+def reduction_then_moved(x):
+    s = (x * 2).sum(0)
+    return s.to("meta").neg(), s + 1
+
+def same(a, b):
+    if a.device.type == "meta":
+        return (a.device, a.shape, a.dtype) == (b.device, b.shape, b.dtype)
+    return a.device == b.device and torch.allclose(a, b, rtol=1.3e-6, atol=1e-5)
+
+for fn in (moved_and_computed_on, constant_moved, reduction_then_moved):
+    compiled = compiler.compile(fn)
+    for _ in range(2):
+        x = torch.randn(64, 8)
+        got, expected = compiled(x), fn(x)
+        assert all(same(a, b) for a, b in zip(got, expected)), fn.__name__
+    print(fn.__name__, "ok")
+"""
+
+
+def test_kernels_never_get_another_devices_tensors_on_the_cpu(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "COMPILER_STRICT": "1"}
+    env["COMPILER_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        [sys.executable, "-c", _META_PROGRAMS], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.stdout.split() == [
+        "moved_and_computed_on", "ok", "constant_moved", "ok", "reduction_then_moved", "ok",
+    ]  # fmt: skip
 
 
 # ---- on the device: the programs of the issue, compiled, against eager ---------------------

@@ -354,11 +354,13 @@ class _Compiled:
         self._records(sched, kernels, source)
         mutated = mutated_inputs(aot.gm)
         mode = self.mode
-        elsewhere = sorted({str(lay.device) for lay in sched.buffers.values()} - {str(device)})
-        if elsewhere:
-            note = f"tensors on {', '.join(elsewhere)} are read and made by extern calls"
-            if mode == "reduce-overhead":  # a CUDA graph cannot hold host work
-                note += "; no CUDA graph: the graph moves tensors between devices"
+        if graph.off_device:
+            note = (
+                f"{', '.join(graph.off_device)} ran as extern calls: they make or read tensors "
+                f"of another device than the kernels' ({device})"
+            )
+            if mode == "reduce-overhead":  # a CUDA graph replays no host work
+                note += "; no CUDA graph for this graph"
                 mode = None
             if note not in self.record.notes:
                 self.record.notes.append(note)

@@ -116,6 +116,7 @@ class LoweringContext:
         self.inputs: list[InputBuffer] = []
         self._input_layouts: dict[str, Layout] = {}  # _is_input's view of `inputs`
         self.constants: list[ConstantBuffer] = []
+        self.off_device: list[str] = []  # aten nodes run as externs for their devices
         self.notes: list[str] = []
         self.current: torch.fx.Node | None = None
         self.layouts: dict[str, Layout] = {}  # every buffer's own layout
@@ -408,7 +409,14 @@ class LoweringContext:
                 raise LoweringError(f"unexpected node kind {node.op}")
         self.current = None
         lines = dict(self.aot.source_lines)
-        return Graph(tuple(self.inputs), tuple(self.constants), tuple(self.nodes), outputs, lines)
+        return Graph(
+            tuple(self.inputs),
+            tuple(self.constants),
+            tuple(self.nodes),
+            outputs,
+            lines,
+            tuple(self.off_device),
+        )
 
     def _output(self, node: torch.fx.Node, tv: TensorValue, internal: bool) -> TensorArg:
         """A graph output, with eager's strides where a channels-last graph chose others;
@@ -438,13 +446,20 @@ class LoweringContext:
         kwargs = tree_map(value, dict(node.kwargs))
         if node.target is operator.getitem:
             return args[0][args[1]]
-        rule = LOWERINGS.get(node.target) if self._on_device(node, args, kwargs) else None
+        rule = LOWERINGS.get(node.target)
+        if not self._on_device(node, args, kwargs):
+            # an extern call; host work unless it only takes or gives CPU scalars, as device
+            # ops without a rule (CUDA attention's random seed and offset) always did
+            if rule is not None or self._moves(node, args, kwargs):
+                self.off_device.append(node.name)
+            rule = None
         if rule is not None:
             built = len(self.nodes)
             try:
                 out = rule(self, node, *args, **kwargs)
             except OffDevice:
                 del self.nodes[built:]  # the rule's nodes read it: the extern call replaces them
+                self.off_device.append(node.name)
                 out = NotImplemented
             if out is not NotImplemented:
                 return out
@@ -470,6 +485,24 @@ class LoweringContext:
             a.view.layout.device == self.device
             for a in operands
             if isinstance(a, TensorValue) and a.view is not None
+        )
+
+    def _moves(self, node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+        """A result or tensor argument of `node` lies on another device and is more than a
+        CPU scalar."""
+        results = [
+            (v.device, v.dim())
+            for v in tree_flatten(self.meta(node))[0]
+            if isinstance(v, torch.Tensor)
+        ]
+        operands = [
+            (a.view.layout.device, len(a.view.layout.size))
+            for a in tree_flatten((args, kwargs))[0]
+            if isinstance(a, TensorValue) and a.view is not None
+        ]
+        return any(
+            device != self.device and not (device.type == "cpu" and dims == 0)
+            for device, dims in (*results, *operands)
         )
 
     def _is_input(self, tv: Any) -> bool:

@@ -100,11 +100,21 @@ def test_every_kernel_is_on_the_graphs_device(case):
 
 
 def test_transfers_are_extern_calls_between_kernels():
-    _, _, sched, _ = _scheduled(*CASES["transfers"])
+    _, graph, sched, _ = _scheduled(*CASES["transfers"])
     kinds = [
         "kernel" if isinstance(k, KernelGroup) else k.node.op.split(".")[1] for k in sched.launches
     ]
     assert kinds == ["kernel", "device_put", "add", "device_put", "kernel"]
+    # the host work compile_fx names in a note, and for which it skips CUDA graphs
+    assert graph.off_device == ("device_put", "add_2", "device_put_1")
+
+
+def test_a_cpu_scalar_read_by_the_device_is_an_extern_call():
+    # `x * s` with s a 0-d CPU tensor: eager reads s on the host; once the graph ran eagerly
+    # ("a CPU scalar read by a cuda kernel"), now only that multiplication does
+    _, graph, sched, _ = _scheduled(*CASES["cpu_scalar_input"])
+    assert graph.off_device == ("mul",)
+    assert [type(k).__name__ for k in sched.launches] == ["ExternCall", "KernelGroup"]
 
 
 def test_the_constant_is_moved_by_an_extern_call():

@@ -41,7 +41,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from compiler.aot.joint import JointGraph, OutputInfo
+from compiler.aot.joint import JointGraph
+from compiler.aot.outputs import OutputInfo, eager_leaves
 from compiler.aot.partition import Partition
 from compiler.runtime.copies import same_memory
 from compiler.runtime.cudagraphs import is_handed_out
@@ -86,19 +87,7 @@ class TrainingGraph:
             tensors = _CompiledFunction.apply(self, args, *self.grad_args(args))
         else:  # called under no_grad after all: outputs only, nothing saved
             tensors, _ = self.run_forward(args)
-        it = iter(tensors)
-        leaves: list = []
-        for o in self.joint.outputs:
-            if o.computed:
-                leaves.append(next(it))
-            elif o.alias_of is not None:
-                leaves.append(o.view_of(args[o.alias_of]))
-            elif o.view_of_output is not None:
-                j = o.view_of_output
-                leaves[j] = _holding_its_memory(leaves[j], self.joint.outputs[j])
-                leaves.append(o.view_of(leaves[j]))
-            else:
-                leaves.append(o.value)
+        leaves = eager_leaves(iter(tensors), self.joint.outputs, args)
         return self.unflatten(leaves)
 
     def run_forward(self, args: Sequence[torch.Tensor]) -> tuple[tuple, tuple]:
@@ -227,15 +216,6 @@ def _picker(positions: list[int]) -> Callable[[Sequence[Any]], tuple]:
     if len(positions) > 1:
         return operator.itemgetter(*positions)
     return lambda xs: tuple(xs[i] for i in positions)
-
-
-def _holding_its_memory(t: torch.Tensor, out: OutputInfo) -> torch.Tensor:
-    """`t` laid out as eager's output was (dense, from the start of its own memory), so the
-    views of it that eager returned can be rebuilt from it; copied if it is not."""
-    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    if whole and t.storage_offset() == 0 and tuple(t.stride()) == out.stride:
-        return t
-    return torch.empty_strided(out.size, out.stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _in_layout(grad: torch.Tensor, out: OutputInfo) -> torch.Tensor:

@@ -34,13 +34,12 @@ from typing import Any, Sequence
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten
 
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
+from compiler.aot.outputs import OutputInfo, describe_outputs, run_fake
 from compiler.aot.trace import AotGraph, origins_of, source_line_of, trace_forward
 from compiler.runtime.autocast import preserved
 from compiler.runtime.lazy_graphs import graph_module, lazy_graph_modules
@@ -52,33 +51,6 @@ class JointError(RuntimeError):
 
 class NothingToDifferentiate(JointError):
     """No output requires grad: the graph is an inference graph after all."""
-
-
-@dataclass
-class OutputInfo:
-    """One leaf of the graph's output structure."""
-
-    tensor: bool
-    differentiable: bool = False  # requires grad in eager: gets a tangent and a backward
-    size: tuple[int, ...] = ()
-    stride: tuple[int, ...] = ()  # the layout the backward expects its tangent in
-    dtype: torch.dtype | None = None
-    value: Any = None  # the constant, for non-tensor leaves
-    # a view of input `alias_of`, or of the earlier output leaf `view_of_output` (which holds
-    # all of its memory): recreated from it with `stride` and `offset` (elements past the
-    # base's own storage offset) instead of being computed by the graph
-    alias_of: int | None = None
-    view_of_output: int | None = None
-    offset: int = 0
-
-    @property
-    def computed(self) -> bool:
-        return self.tensor and self.alias_of is None and self.view_of_output is None
-
-    def view_of(self, base: torch.Tensor) -> torch.Tensor:
-        if (base.shape, base.stride(), self.offset) == (self.size, self.stride, 0):
-            return base  # the input itself
-        return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
 
 
 @dataclass
@@ -170,105 +142,14 @@ def lift_attributes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, lis
 def describe(
     gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]
 ) -> tuple[TreeSpec, list[OutputInfo], list[bool]]:
-    """Run `gm` on fake copies of `inputs` with grad on: its output leaves, and which
-    inputs require grad. Raises JointError when two outputs share memory (a compiled graph
-    returns fresh tensors, so eager's aliasing would be lost). Where the tracer recorded
-    that run already (`_recorded`), its values are read instead of running the graph again
-    (densenet121's forward: 0.76 s cold on a CI-class CPU)."""
-    recorded = _recorded(gm, inputs)
-    if recorded is not None:
-        fakes, out = recorded
-    else:
-        mode = FakeTensorMode(allow_non_fake_inputs=True)
-        fakes = [mode.from_tensor(t) for t in inputs]
-        with mode, torch.enable_grad():
-            out = torch.fx.Interpreter(gm).run(*fakes)
-    leaves, spec = tree_flatten(plain_containers(out))
-    inputs_by_storage = {StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(fakes)}
-    owners: dict[StorageWeakRef, int] = {}  # computed outputs holding all of their memory
-    seen: set[StorageWeakRef] = set()
-    infos = []
-    for k, leaf in enumerate(leaves):
-        if not isinstance(leaf, torch.Tensor):
-            infos.append(OutputInfo(False, value=leaf))
-            continue
-        ref = StorageWeakRef(leaf.untyped_storage())
-        layout = (tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype)
-        base = inputs_by_storage.get(ref)
-        if base is not None:
-            offset = leaf.storage_offset() - fakes[base].storage_offset()
-            infos.append(OutputInfo(True, False, *layout, alias_of=base, offset=offset))
-            continue
-        if ref in owners:
-            offset = leaf.storage_offset()
-            infos.append(
-                OutputInfo(True, False, *layout, view_of_output=owners[ref], offset=offset)
-            )
-            continue
-        if ref in seen:
-            raise JointError("two outputs share memory and neither holds all of it")
-        seen.add(ref)
-        if _holds_its_memory(leaf):
-            owners[ref] = k
-        infos.append(
-            OutputInfo(
-                True,
-                differentiable=leaf.requires_grad,
-                size=tuple(leaf.shape),
-                stride=_tangent_stride(leaf),
-                dtype=leaf.dtype,
-            )
-        )
-    return spec, infos, [t.requires_grad for t in inputs]
-
-
-def _recorded(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> tuple | None:
-    """The fake values our tracer recorded on `gm`'s nodes (meta "val", computed with grad
-    on as eager's run is) as describe's run gives them: the inputs' fakes and the output
-    structure's. None unless every input's is a FakeTensor of static sizes, of one fake
-    mode, with the input's metadata, and every output has one (graphs of symbolic_trace or
-    of dynamic shapes run)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    fakes = [n.meta.get("val") for n in placeholders]
-    if len(fakes) != len(inputs) or not all(isinstance(f, FakeTensor) for f in fakes):
-        return None
-    modes = {id(f.fake_mode) for f in fakes}
-    for f, t in zip(fakes, inputs):
-        if not _static(f) or _metadata(f) != _metadata(t):
-            return None
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    if any("val" not in n.meta for n in output.all_input_nodes):
-        return None
-    out = torch.fx.map_arg(output.args[0], lambda n: n.meta["val"])
-    for leaf in tree_flatten(out)[0]:
-        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return None
-        if isinstance(leaf, torch.Tensor):
-            if not isinstance(leaf, FakeTensor) or not _static(leaf):
-                return None
-            modes.add(id(leaf.fake_mode))
-    return (fakes, out) if len(modes) <= 1 else None
-
-
-def _static(t: torch.Tensor) -> bool:
-    return all(type(d) is int for d in (*t.shape, *t.stride(), t.storage_offset()))
-
-
-def _metadata(t: torch.Tensor) -> tuple:
-    return (
-        tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
-    )  # fmt: skip
-
-
-def plain_containers(out: Any) -> Any:
-    """FX keeps output containers as immutable_list/dict; the user's code returned plain ones."""
-    if isinstance(out, tuple):
-        return tuple(plain_containers(o) for o in out)
-    if isinstance(out, list):
-        return [plain_containers(o) for o in out]
-    if isinstance(out, dict):
-        return {k: plain_containers(v) for k, v in out.items()}
-    return out
+    """Run `gm` on fake copies of `inputs` with grad on (aot/outputs.py): its output leaves,
+    and which inputs require grad. Raises JointError when two outputs share memory in a way
+    the leaves cannot describe (a compiled graph returns fresh tensors, so eager's aliasing
+    would be lost)."""
+    outputs = describe_outputs(*run_fake(gm, inputs))
+    if outputs.unshared is not None:
+        raise JointError(outputs.unshared)
+    return outputs.spec, outputs.leaves, [t.requires_grad for t in inputs]
 
 
 def mutated_inputs(gm: torch.fx.GraphModule) -> list[int]:
@@ -292,26 +173,6 @@ def _name_placeholders(
     for node, name in zip(placeholders, names):
         node._rename(name)
         node.target = node.name
-
-
-def _holds_its_memory(t: torch.Tensor) -> bool:
-    """Dense, from the start of its storage to its end: every view of that storage can be
-    rebuilt from it with as_strided."""
-    dense = tuple(t.stride()) == _tangent_stride(t)
-    whole = t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    return dense and whole and t.storage_offset() == 0
-
-
-def _tangent_stride(t: torch.Tensor) -> tuple[int, ...]:
-    """The output's own strides when they are dense (channels-last stays channels-last, as
-    eager's incoming gradients usually are), contiguous otherwise."""
-    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
-    expected = 1
-    for st, s in dims:
-        if st != expected:
-            return tuple(torch.empty(t.shape, device="meta").stride())
-        expected *= s
-    return tuple(t.stride())
 
 
 def _device(inputs: Sequence[torch.Tensor]) -> torch.device:

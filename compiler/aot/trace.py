@@ -21,6 +21,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
+from compiler.aot.outputs import Outputs, describe_outputs, run_fake
 from compiler.aot.replay import trace_by_kind
 from compiler.records import SourceLine
 from compiler.runtime.autocast import preserved
@@ -39,6 +40,9 @@ class AotGraph:
     # graph hands out in its own memory (runtime/cudagraphs.py moves any still held out of
     # it before the next replay).
     gradients_out: bool = False
+    # An inference graph's outputs as eager returns them (structure, views of inputs):
+    # what its compiled code's flat outputs are turned back into (aot/outputs.py).
+    outputs: Outputs | None = None
 
 
 def needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
@@ -65,10 +69,21 @@ def trace_forward(
     hundreds of inputs). Where a mutation is more than a renaming (a view written in place,
     ...), or with `rename_mutations` off, the graph is traced through functionalize."""
 
+    described: list[Outputs] = []
+
     def run(*args):
         return torch.fx.Interpreter(gm).run(*args)
 
+    def run_described(*args):
+        # The trace's fake values say which outputs alias inputs (not functionalize's
+        # wrappers: their views of a strided input have other strides and offsets).
+        out = run(*args)
+        described.append(describe_outputs(args, out))
+        return out
+
     def trace(g: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        if g is gm and not training:
+            return _trace(run_described, table, example_inputs)
         return _trace(lambda *args: torch.fx.Interpreter(g).run(*args), table, example_inputs)
 
     # make_fx records `from_node` only for nodes whose meta is non-empty
@@ -88,7 +103,10 @@ def trace_forward(
             aten_gm.recompile()
 
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
-    return AotGraph(aten_gm, origins_of(aten_gm, gm), lines)
+    outputs = None
+    if not training:  # not traced whole: the tracer's values, or a fake run of the graph
+        outputs = described[0] if described else describe_outputs(*run_fake(gm, example_inputs))
+    return AotGraph(aten_gm, origins_of(aten_gm, gm), lines, outputs=outputs)
 
 
 def origins_of(aten_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[str, tuple]:

@@ -79,6 +79,7 @@ def _aot_eager_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
 
 
 def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
+    from compiler.aot.outputs import plain_containers, returning_as_eager
     from compiler.aot.trace import trace_forward
     from compiler.runtime.aliasing import alias_safe, mutated_inputs
 
@@ -89,7 +90,11 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
             record.aot_graphs["forward"] = graph_code(aot.gm)
     else:
         aot = trace_forward(gm, inputs)
-    return alias_safe(runnable(aot.gm), gm.forward, mutated_inputs(aot.gm), record)
+    graph = runnable(aot.gm)
+    output = next(n for n in aot.gm.graph.nodes if n.op == "output")
+    _, spec = tree_flatten(plain_containers(output.args[0]))
+    run = returning_as_eager(lambda args: tree_flatten(graph(*args))[0], aot.outputs, spec)
+    return alias_safe(run, gm.forward, mutated_inputs(aot.gm), record)
 
 
 @_builtin("inductor")

@@ -25,11 +25,12 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from compiler import config
+from compiler.aot.outputs import plain_containers, returning_as_eager
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelSource, emitter_for, kernel_arguments, shared_kernels
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.printer import format_graph, format_schedule
-from compiler.lowering.core import lower
+from compiler.lowering.core import graph_device, lower
 from compiler.records import CompilerWarning, GraphRecord, KernelRecord, current_graph
 from compiler.runtime import autocast
 from compiler.runtime.aliasing import alias_safe, mutated_inputs
@@ -39,7 +40,6 @@ from compiler.runtime.eager import run_eagerly
 from compiler.runtime.gc_pause import gc_paused
 from compiler.runtime.keys import SignatureKey, kept_key
 from compiler.runtime.lazy_graphs import graph_code, runnable
-from compiler.runtime.support import unflattener
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
@@ -314,8 +314,7 @@ class _Compiled:
     def build(self) -> Callable:
         if not all(isinstance(t, torch.Tensor) for t in self.inputs):
             raise TypeError("non-tensor graph inputs are not supported by the code generator")
-        devices = {t.device for t in self.inputs} or {torch.device("cpu")}
-        device = next(iter(devices))
+        device = graph_device(self.inputs)  # its kernels' (other devices' ops: extern calls)
         emitter, why = emitter_for(device)
         if emitter is None:
             self.record.notes.append(f"ran eagerly: {why}")
@@ -335,13 +334,15 @@ class _Compiled:
             # in one kernel: their reduction loops vectorise with OpenMP `simd reduction(+)`
             # clauses, which a Welford state (three values, a division per element) cannot
             # use, and they never split a reduction, where Welford saves whole kernels.
-            graph, notes = lower(aot, self.inputs, channels_last=channels_last, welford=not cpp)
+            graph, notes = lower(
+                aot, self.inputs, channels_last=channels_last, welford=not cpp, device=device
+            )
         self.record.notes.extend(n for n in notes if n not in self.record.notes)
         with self.stage("schedule"):
             # Emitters for parallel devices say how many processors to fill (Triton: the
             # SMs), which splits long reductions with few outputs; C++ never splits.
             processors = emitter.processors(device) if hasattr(emitter, "processors") else None
-            sched = fuse(graph, materialise_broadcasts=cpp, processors=processors)
+            sched = fuse(graph, materialise_broadcasts=cpp, processors=processors, device=device)
         with self.stage("codegen"):
             kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
             what = f"the {self.part} graph" if self.part else "a graph"
@@ -353,7 +354,18 @@ class _Compiled:
             call = autocast.outside(self._load(emitter, sched, kernels, source, device))
         self._records(sched, kernels, source)
         mutated = mutated_inputs(aot.gm)
-        run = _runner(call, aot, self.mode, device, mutated)
+        mode = self.mode
+        if graph.off_device:
+            note = (
+                f"{', '.join(graph.off_device)} ran as extern calls: they make or read tensors "
+                f"of another device than the kernels' ({device})"
+            )
+            if mode == "reduce-overhead":  # a CUDA graph replays no host work
+                note += "; no CUDA graph for this graph"
+                mode = None
+            if note not in self.record.notes:
+                self.record.notes.append(note)
+        run = _runner(call, aot, mode, device, mutated)
         run = alias_safe(run, self.gm.forward, mutated, self.record)
         run.mutated_inputs = mutated
         return run
@@ -480,31 +492,15 @@ def _lines(sched: Schedule, origins: Sequence[str]) -> list:
     return out
 
 
-def _mutable(out: Any) -> Any:
-    """FX keeps output containers as immutable_list/dict; the user's code returned plain ones."""
-    if isinstance(out, tuple):
-        return tuple(_mutable(o) for o in out)
-    if isinstance(out, list):
-        return [_mutable(o) for o in out]
-    if isinstance(out, dict):
-        return {k: _mutable(v) for k, v in out.items()}
-    return out
-
-
 def _runner(
     call: Callable, aot: AotGraph, mode: str | None, device: torch.device, mutated: list[int]
 ) -> Callable:
-    """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output structure`."""
+    """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output`, as eager returns it
+    (its structure, and the outputs that are inputs or views of them: aot/outputs.py)."""
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
-    _, spec = tree_flatten(_mutable(output.args[0]))
+    _, spec = tree_flatten(plain_containers(output.args[0]))
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
         call = CudaGraphRunner(call, mutated, aot.internal_from, aot.gradients_out)
-
-    unflatten = unflattener(spec)
-
-    def run(*args: Any) -> Any:
-        return unflatten(list(call(list(args))))
-
-    return run
+    return returning_as_eager(call, aot.outputs, spec)

@@ -60,7 +60,7 @@ def _alloc(name: str, lay: Layout) -> str:
 
 def _alloc_key(lay: Layout) -> tuple:
     """What an allocation line depends on: two buffers of one key are interchangeable."""
-    return (tuple(lay.size), tuple(lay.stride), lay.dtype)
+    return (tuple(lay.size), tuple(lay.stride), lay.dtype, lay.device)
 
 
 def plan_reuse(schedule: Schedule) -> dict[str, str]:

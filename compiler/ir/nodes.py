@@ -440,6 +440,9 @@ class Graph:
     source_lines: dict[str, Any] = field(
         default_factory=dict, compare=False
     )  # FX node -> SourceLine
+    # aten nodes run as extern calls because they make or read another device's tensors
+    # (compiler/lowering/core.py): host work a CUDA graph could not replay
+    off_device: tuple[str, ...] = field(default=(), compare=False)
 
     def node_outputs(self) -> dict[str, Layout]:
         """Every buffer name the nodes define, with its layout."""

@@ -7,6 +7,14 @@ so an extern kernel can take it without a copy). Ops without a rule run as exter
 
 Rules live in one table filled by `@register_lowering(aten.op, ...)`, one module per op
 family (pointwise.py, views.py, reductions.py, indexing.py, externs.py).
+
+Devices: a graph's kernels run on one device, the graph's (`graph_device`: its inputs').
+Every buffer carries its own device, and no kernel is ever handed a buffer of another
+device: a node whose result lies on another device (`.cpu()` of a CUDA tensor, a factory on
+the CPU) or that reads a buffer of another device (anything after that `.cpu()`, a constant
+made on the CPU) runs as an extern aten call, which works on any device, so transfers are
+explicit `_to_copy` calls between kernels and nothing fuses across devices. The scheduler
+checks the same of every kernel it forms (compiler/scheduler/fusion.py).
 """
 
 from __future__ import annotations
@@ -43,6 +51,27 @@ Loader = Callable[[tuple], Value]
 
 class LoweringError(RuntimeError):
     """The graph cannot be lowered (the caller falls back to running it eagerly)."""
+
+
+class OffDevice(LoweringError):
+    """A kernel body read a buffer of another device than the graph's: the node being
+    lowered runs as an extern call instead (an extern outside any node: the graph runs
+    eagerly)."""
+
+
+def graph_device(inputs: Sequence[Any], constants: Sequence[torch.Tensor] = ()) -> torch.device:
+    """The device a graph's kernels run on: its tensor inputs' (CPU scalars, which go with
+    tensors of any device as in eager, count only when there is nothing else; then its
+    constants'; then the CPU). Inputs on the CPU and on one accelerator: the accelerator,
+    whose kernels get the inputs of its own; the CPU ones are read by extern calls."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    devices = {t.device for t in tensors if not _is_cpu_scalar(t)}
+    devices = devices or {t.device for t in tensors} or {t.device for t in constants}
+    if len(devices) > 1:
+        devices -= {torch.device("cpu")}
+    if len(devices) > 1:
+        raise LoweringError(f"inputs on several devices: {sorted(map(str, devices))}")
+    return devices.pop() if devices else torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,7 @@ class LoweringContext:
         self.inputs: list[InputBuffer] = []
         self._input_layouts: dict[str, Layout] = {}  # _is_input's view of `inputs`
         self.constants: list[ConstantBuffer] = []
+        self.off_device: list[str] = []  # aten nodes run as externs for their devices
         self.notes: list[str] = []
         self.current: torch.fx.Node | None = None
         self.layouts: dict[str, Layout] = {}  # every buffer's own layout
@@ -205,12 +235,12 @@ class LoweringContext:
 
     def buffer_value(self, name: str, layout: Layout) -> TensorValue:
         self.layouts.setdefault(name, layout)
-        host_scalar = layout.device.type == "cpu" and self.device.type != "cpu"
+        elsewhere = layout.device != self.device
 
         def loader(idx: tuple) -> Value:
-            if host_scalar:
-                # A kernel on the device cannot read host memory; extern calls take it
-                raise LoweringError(f"a CPU scalar ({name}) read by a {self.device.type} kernel")
+            if elsewhere:
+                # a kernel cannot read another device's memory; extern calls take it
+                raise OffDevice(f"{name} on {layout.device} read by a {self.device} kernel")
             return Load(name, idx, layout.dtype)
 
         return TensorValue(layout.size, layout.dtype, loader, TensorArg(name, layout))
@@ -292,7 +322,7 @@ class LoweringContext:
         for v in flat_vals:
             if isinstance(v, torch.Tensor):
                 layout = next(given, None) or Layout(
-                    tuple(v.shape), tuple(v.stride()), v.dtype, _device_of(v, self.device)
+                    tuple(v.shape), tuple(v.stride()), v.dtype, v.device
                 )
                 name = self.new_name()
                 outputs.append((name, layout))
@@ -321,19 +351,15 @@ class LoweringContext:
 
     # ---- the walk -----------------------------------------------------------------------
 
-    def run(self, example_inputs: Sequence[torch.Tensor]) -> Graph:
+    def run(
+        self, example_inputs: Sequence[torch.Tensor], device: torch.device | None = None
+    ) -> Graph:
         gm = self.aot.gm
         env: dict[str, Any] = {}
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-        # CPU scalars go with tensors of any device, as in eager: CUDA attention's random
-        # seed and offset, saved by a training forward for its backward, are such.
-        devices = {t.device for t in tensors if not _is_cpu_scalar(t)}
-        devices = devices or {t.device for t in tensors}
-        devices = devices or {t.device for t in _graph_constants(gm)}
-        if len(devices) > 1:
-            raise LoweringError(f"inputs on several devices: {sorted(map(str, devices))}")
-        self._device = devices.pop() if devices else torch.device("cpu")
+        if device is None:
+            device = graph_device(example_inputs, _graph_constants(gm))
+        self._device = device
         if self.allow_channels_last and _runs_convolutions_channels_last(gm, self._device):
             self.channels_last = True
             self.notes.append(
@@ -361,13 +387,10 @@ class LoweringContext:
                 t = _attr(gm, node.target)
                 if not isinstance(t, torch.Tensor):
                     raise LoweringError(f"non-tensor constant {node.target}")
-                if t.device != self.device:  # a lifted scalar such as torch.tensor(2.0)
-                    if t.numel() > 1:
-                        raise LoweringError(
-                            f"constant {node.target} on {t.device}, inputs on {self.device}"
-                        )
-                    t = t.to(self.device)
-                layout = Layout(tuple(t.shape), tuple(t.stride()), t.dtype, self.device)
+                if t.device != self.device and t.numel() <= 1:
+                    t = t.to(self.device)  # a lifted scalar such as torch.tensor(2.0)
+                # others stay on their device: what reads them there runs as extern calls
+                layout = Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
                 name = f"const{len(self.constants)}"
                 self.constants.append(ConstantBuffer(name, layout, t))
                 env[node.name] = self.buffer_value(name, layout)
@@ -386,7 +409,14 @@ class LoweringContext:
                 raise LoweringError(f"unexpected node kind {node.op}")
         self.current = None
         lines = dict(self.aot.source_lines)
-        return Graph(tuple(self.inputs), tuple(self.constants), tuple(self.nodes), outputs, lines)
+        return Graph(
+            tuple(self.inputs),
+            tuple(self.constants),
+            tuple(self.nodes),
+            outputs,
+            lines,
+            tuple(self.off_device),
+        )
 
     def _output(self, node: torch.fx.Node, tv: TensorValue, internal: bool) -> TensorArg:
         """A graph output, with eager's strides where a channels-last graph chose others;
@@ -396,6 +426,7 @@ class LoweringContext:
         arg = self.realize(tv)
         if (
             not internal
+            and arg.layout.device == self.device
             and self.channels_last
             and isinstance(val, torch.Tensor)
             and tuple(val.shape) == tv.size
@@ -416,8 +447,20 @@ class LoweringContext:
         if node.target is operator.getitem:
             return args[0][args[1]]
         rule = LOWERINGS.get(node.target)
+        if not self._on_device(node, args, kwargs):
+            # an extern call; host work unless it only takes or gives CPU scalars, as device
+            # ops without a rule (CUDA attention's random seed and offset) always did
+            if rule is not None or self._moves(node, args, kwargs):
+                self.off_device.append(node.name)
+            rule = None
         if rule is not None:
-            out = rule(self, node, *args, **kwargs)
+            built = len(self.nodes)
+            try:
+                out = rule(self, node, *args, **kwargs)
+            except OffDevice:
+                del self.nodes[built:]  # the rule's nodes read it: the extern call replaces them
+                self.off_device.append(node.name)
+                out = NotImplemented
             if out is not NotImplemented:
                 return out
         if not isinstance(node.target, torch._ops.OpOverload):
@@ -429,6 +472,38 @@ class LoweringContext:
         if node.target._schema.is_mutable:
             raise LoweringError(f"mutating op {_op_name(node.target)} in a functional graph")
         return self.extern(node.target, args, kwargs, note=True)
+
+    def _on_device(self, node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+        """Whether a kernel may compute `node`: its results and the buffers of its tensor
+        arguments are on the graph's device (a rule's body reading another buffer of
+        another device raises OffDevice)."""
+        results = [v for v in tree_flatten(self.meta(node))[0] if isinstance(v, torch.Tensor)]
+        if any(v.device != self.device for v in results):
+            return False
+        operands = tree_flatten((args, kwargs))[0]
+        return all(
+            a.view.layout.device == self.device
+            for a in operands
+            if isinstance(a, TensorValue) and a.view is not None
+        )
+
+    def _moves(self, node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+        """A result or tensor argument of `node` lies on another device and is more than a
+        CPU scalar."""
+        results = [
+            (v.device, v.dim())
+            for v in tree_flatten(self.meta(node))[0]
+            if isinstance(v, torch.Tensor)
+        ]
+        operands = [
+            (a.view.layout.device, len(a.view.layout.size))
+            for a in tree_flatten((args, kwargs))[0]
+            if isinstance(a, TensorValue) and a.view is not None
+        ]
+        return any(
+            device != self.device and not (device.type == "cpu" and dims == 0)
+            for device, dims in (*results, *operands)
+        )
 
     def _is_input(self, tv: Any) -> bool:
         if len(self._input_layouts) != len(self.inputs):  # built once all inputs are known
@@ -445,17 +520,19 @@ def lower(
     example_inputs: Sequence[torch.Tensor],
     channels_last: bool = True,
     welford: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[Graph, list[str]]:
     """Lower the aten graph; returns the IR graph and notes (extern fallbacks).
     `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC.
-    `welford`: variances become Welford reductions (the emitter must implement them)."""
+    `welford`: variances become Welford reductions (the emitter must implement them).
+    `device`: the device its kernels run on (default: `graph_device` of the inputs)."""
     # The rule modules register themselves on import.
     from compiler.lowering import externs, indexing, pointwise, reductions, views  # noqa: F401
 
     ctx = LoweringContext(aot)
     ctx.allow_channels_last = channels_last
     ctx.welford = welford
-    graph = ctx.run(example_inputs)
+    graph = ctx.run(example_inputs, device)
     notes = list(dict.fromkeys(ctx.notes))
     if ctx.mutated_inputs:
         notes.append(f"inputs mutated in place: {', '.join(ctx.mutated_inputs)}")
@@ -557,12 +634,6 @@ def _attr(gm: torch.nn.Module, target: str) -> Any:
 
 def _is_cpu_scalar(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and t.dim() == 0
-
-
-def _device_of(v: torch.Tensor, graph_device: torch.device) -> torch.device:
-    """Where an extern's output lives: the graph's device, except the CPU scalars some
-    device ops return (CUDA attention's random seed and offset)."""
-    return v.device if _is_cpu_scalar(v) else graph_device
 
 
 def _graph_constants(gm: torch.fx.GraphModule) -> list[torch.Tensor]:

@@ -22,6 +22,11 @@ Four passes, and between the first two one more for GPUs:
    and the buffers each launch frees.
 4. in place — a copy of a new value into a mutated graph input is folded into the kernel
    computing that value, which then stores into the input directly (inplace.py).
+
+No kernel spans two devices: a node joins only a kernel of its own device, a copy into an
+input of another device stays a copy, and the finished schedule is checked: every kernel's
+buffers on one device, the one its emitter targets (the lowering gives whatever reads or
+makes another device's tensors to extern calls, compiler/lowering/core.py).
 """
 
 from __future__ import annotations
@@ -201,6 +206,7 @@ class _Group:
     index: int
     full_size: tuple[int, ...]
     axes: tuple[int, ...]
+    device: torch.device
     # (node, "full" | "outer" | "outer_unit" | "reduce")
     members: list[tuple[Node, str]] = field(default_factory=list)
     space: dict[str, str] = field(default_factory=dict)  # buffer -> "full" | "outer"
@@ -293,7 +299,7 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
             continue
         chosen = None
         for g in reversed(launches[max(after, len(launches) - SCAN_LAUNCHES, 0) :]):
-            if not isinstance(g, _Group):
+            if not isinstance(g, _Group) or g.device != node.layout.device:
                 continue
             role = _role(node, g)
             axes = node.axes if role == "reduce" else g.axes
@@ -302,10 +308,10 @@ def group(nodes: list[Node]) -> list[_Group | ExternKernel]:
                 break
         if chosen is None:
             if isinstance(node, Reduction):
-                g = _Group(len(launches), node.input_size, node.axes)
+                g = _Group(len(launches), node.input_size, node.axes, node.layout.device)
                 role = "reduce"
             else:
-                g = _Group(len(launches), node.size, ())
+                g = _Group(len(launches), node.size, (), node.layout.device)
                 role = "full"
             launches.append(g)
         else:
@@ -339,11 +345,15 @@ def _extern_deps(node: ExternKernel) -> set[str]:
 
 
 def schedule(
-    graph: Graph, materialise_broadcasts: bool = False, processors: int | None = None
+    graph: Graph,
+    materialise_broadcasts: bool = False,
+    processors: int | None = None,
+    device: torch.device | None = None,
 ) -> Schedule:
     """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`). `processors`:
     how many the target runs at once (a GPU's SMs), for splitting reductions with few
-    outputs into two stages (compiler/scheduler/split.py); None never splits."""
+    outputs into two stages (compiler/scheduler/split.py); None never splits. `device`:
+    the device the kernels are generated for (checked: `check_devices`)."""
     nodes, names, origins = inline(graph, materialise_broadcasts)
     split = split_reductions(nodes, names, origins, required_buffers(graph), processors)
     names, origins = split.names, split.origins
@@ -364,6 +374,7 @@ def schedule(
     for launch in out:
         for name in launch.writes:
             materialised[name] = layouts[name]
+    check_devices(out, materialised, device)
     return Schedule(
         graph.inputs,
         graph.constants,
@@ -373,6 +384,28 @@ def schedule(
         graph.outputs,
         graph.source_lines,
     )
+
+
+class MixedDevices(RuntimeError):
+    """A kernel would be handed memory of another device than its own (the caller runs the
+    graph eagerly rather than launch it: a CUDA kernel given a CPU pointer faults)."""
+
+
+def check_devices(
+    launches: list[Launch], layouts: dict[str, Layout], device: torch.device | None = None
+) -> None:
+    """Every kernel reads and writes buffers of one device, `device` where given."""
+    for launch in launches:
+        if not isinstance(launch, KernelGroup):
+            continue
+        bufs = [b for b in (*launch.reads, *launch.writes) if b in layouts]
+        devices = {layouts[b].device for b in bufs}
+        if device is not None:
+            devices.add(device)
+        if len(devices) > 1:
+            where = ", ".join(f"{b} on {layouts[b].device}" for b in bufs)
+            target = f" for {device}" if device is not None else ""
+            raise MixedDevices(f"kernel {launch.name}{target} would get {where}")
 
 
 def _needed_outside(graph: Graph, launches: list) -> set[str]:

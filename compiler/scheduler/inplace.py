@@ -103,11 +103,14 @@ class _Readers:
 
 
 def _target(copy: ExternCall, inputs: dict) -> str | None:
-    """The graph input a copy writes, when it writes the whole input."""
+    """The graph input a copy writes, when it writes the whole input from a value of its
+    own device (a kernel stores only into memory of its device: a transfer stays a copy)."""
     args = copy.node.args
     if len(args) < 2 or not isinstance(args[0], TensorArg) or not isinstance(args[1], TensorArg):
         return None
-    dst = args[0]
+    dst, src = args[0], args[1]
+    if dst.layout.device != src.layout.device:
+        return None
     return dst.buf if inputs.get(dst.buf) == dst.layout else None
 
 

@@ -1,5 +1,6 @@
 """Constructing objects during tracing: named tuples, argument-free torch.nn modules,
-partials, and instances of plain Python classes whose __init__ is inlined."""
+partials, tensors of the legacy constructors (torch.LongTensor([...]) as torch.tensor), and
+instances of plain Python classes whose __init__ is inlined."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from compiler.tracer.operations import (
 )
 from compiler.tracer.variables import (
     AutocastVar,
+    ConstVar,
     ExceptionVar,
     FunctionVar,
+    ListVar,
     ObjVar,
     PartialVar,
     TupleVar,
@@ -41,6 +44,8 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
         return _autocast(cls, args, kwargs)
     if cls is torch.Size:
         return TupleVar(list(unpack_iterable(tx, args[0])) if args else [], cls=torch.Size)
+    if cls in LEGACY_TENSOR_TYPES:
+        return _legacy_tensor(tx, cls, args, kwargs)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         bound = inspect.signature(cls).bind(*args, **kwargs)
         bound.apply_defaults()
@@ -76,6 +81,69 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
             raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
         return obj
     raise Break(f"constructing a {cls.__qualname__} runs in Python")
+
+
+# The legacy tensor constructors (torch.LongTensor, torch.cuda.HalfTensor, ..., and
+# torch.Tensor itself): their dtype (None: the default dtype, which every entry's guards
+# pin) and device. They ignore torch.set_default_device: CPU unless a torch.cuda class.
+LEGACY_TENSOR_TYPES: dict[type, tuple[torch.dtype | None, str]] = {
+    **{
+        cls: (cls.dtype, "cuda" if cls.is_cuda else "cpu")
+        for cls in torch._tensor_classes
+        if not cls.is_sparse
+    },
+    torch.Tensor: (None, "cpu"),
+}
+
+
+def _legacy_tensor(tx: Tracer, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """A legacy constructor as the factory that makes the same tensor: data (one list or
+    tuple of numbers) as `torch.tensor(data, dtype=, device=)`, sizes (ints, or one
+    torch.Size) as `torch.empty(sizes, ...)` (memory left uninitialised, as eager leaves
+    it), no argument as an empty tensor. What eager gives an alias for (a tensor), reads
+    from a storage or rejects (another device type) runs in Python."""
+    dtype, device = LEGACY_TENSOR_TYPES[cls]
+    where = {"dtype": ConstVar(dtype or torch.get_default_dtype()), "device": ConstVar(device)}
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    given = kwargs.get("device")
+    if set(kwargs) - {"device"} or (given is not None and not _device_type_is(given, device)):
+        raise Break(f"{name} with these keyword arguments runs in Python")
+    if not args:
+        return tx.builder.call("call_function", torch.empty, [ConstVar(0)], where)
+    if all(_is_size(a) for a in args):
+        return tx.builder.call("call_function", torch.empty, list(args), where)
+    if len(args) == 1 and _is_shape(args[0]):
+        return tx.builder.call("call_function", torch.empty, [args[0]], where)
+    if len(args) == 1 and isinstance(args[0], (ListVar, TupleVar)) and _numbers(args[0]):
+        return tx.builder.call("call_function", torch.tensor, [args[0]], where)
+    if len(args) == 1 and contains_tensor(args[0]):
+        raise Break(f"{name} of a tensor (an alias of it, or an error) runs in Python")
+    raise Break(f"constructing a {name} from these arguments runs in Python")
+
+
+def _is_shape(v: Var) -> bool:
+    """A torch.Size: traced (symbolic sizes) or constant."""
+    if isinstance(v, TupleVar):
+        return v.cls is torch.Size
+    return isinstance(v, ConstVar) and type(v.value) is torch.Size
+
+
+def _is_size(v: Var) -> bool:
+    return isinstance(v, ConstVar) and (type(v.value) is int or isinstance(v.value, torch.SymInt))
+
+
+def _numbers(v: Var) -> bool:
+    """Nested lists and tuples of Python numbers (what torch.tensor takes as data)."""
+    if isinstance(v, (ListVar, TupleVar)):
+        return all(_numbers(i) for i in v.items)
+    return isinstance(v, ConstVar) and type(v.value) in (int, float, bool)
+
+
+def _device_type_is(v: Var, device_type: str) -> bool:
+    try:
+        return torch.device(as_python_constant(v)).type == device_type
+    except (TypeError, RuntimeError):
+        return False
 
 
 def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:

@@ -34,6 +34,7 @@ from compiler.tracer.variables import (
     Var,
     as_python_constant,
     is_python_constant,
+    tuple_fields,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -112,8 +113,8 @@ def load_attr(tx: Tracer, obj: Var, name: str) -> Var:
     if isinstance(obj, (ListVar, DictVar, SetVar)):
         return AttrCallVar(obj, name)
     if isinstance(obj, TupleVar):
-        fields = getattr(obj.cls, "_fields", None)
-        if fields and name in fields:
+        fields = tuple_fields(obj.cls)
+        if name in fields:
             return obj.items[fields.index(name)]
         return AttrCallVar(obj, name)
     if isinstance(obj, NewObjectVar):

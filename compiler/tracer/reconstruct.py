@@ -45,6 +45,7 @@ from compiler.tracer.variables import (
     TensorVar,
     TupleVar,
     Var,
+    tuple_kind,
 )
 
 
@@ -61,6 +62,16 @@ class GradRestore:
 _SIMPLE_LITERALS = (int, str, bytes, bool, type(None))
 # Expressions whose value no write of the rebuild code changes (see Emitter.snapshot).
 _STABLE_EXPR = re.compile(r"[A-Za-z_]\w*|L\['\w+'\]|O\[\d+\]|-?\d+(\.\d*)?(e[+-]?\d+)?")
+
+# A tuple of a class other than tuple, from its items, by the class's kind (tuple_kind): a
+# namedtuple takes them as arguments; torch.Size, a structseq (torch.return_types.sort, ...)
+# and other tuple subclasses take one sequence, as tuple does.
+_TUPLE_BUILDS = {
+    "namedtuple": "{cls}({items})",
+    "size": "{cls}([{items}])",
+    "structseq": "{cls}([{items}])",
+    "subclass": "{cls}([{items}])",
+}
 
 
 @dataclass
@@ -135,9 +146,7 @@ class Emitter:
             inner = ", ".join(self.expr(i) for i in v.items)
             if v.cls is tuple:
                 return f"({inner},)" if len(v.items) == 1 else f"({inner})"
-            if v.cls is torch.Size:
-                return f"{self.ref(torch.Size, 'cls')}([{inner}])"
-            return f"{self.ref(v.cls, 'cls')}({inner})"
+            return _TUPLE_BUILDS[tuple_kind(v.cls)].format(cls=self.ref(v.cls, "cls"), items=inner)
         if isinstance(v, DictVar):
             inner = ", ".join(
                 f"{self.ref(k, 'k') if type(k) not in _SIMPLE_LITERALS else repr(k)}: {self.expr(i)}"

@@ -78,7 +78,35 @@ class ListVar(Var):
 class TupleVar(Var):
     items: list[Var]
     source: str | None = None
-    cls: type = tuple  # tuple, torch.Size or a namedtuple class
+    # tuple, torch.Size, a namedtuple class, a structseq (torch.return_types.*) or another
+    # tuple subclass: see tuple_kind
+    cls: type = tuple
+
+
+def tuple_kind(cls: type) -> str:
+    """How a tuple class names its items and is built from them: "namedtuple" (`_fields`,
+    `cls(*items)`), "structseq" (the C struct sequences torch.return_types.* and
+    os.stat_result are: `__match_args__`, `cls(items)`), "size" (torch.Size), "tuple", or
+    "subclass" (another tuple subclass: no names, `cls(items)` as tuple's own constructor)."""
+    if cls is tuple:
+        return "tuple"
+    if cls is torch.Size:
+        return "size"
+    if hasattr(cls, "_fields"):
+        return "namedtuple"
+    if hasattr(cls, "n_sequence_fields"):
+        return "structseq"
+    return "subclass"
+
+
+def tuple_fields(cls: type) -> tuple[str, ...]:
+    """The attribute names of a tuple's items, in order (none for plain tuples)."""
+    kind = tuple_kind(cls)
+    if kind == "namedtuple":
+        return tuple(cls._fields)
+    if kind == "structseq":
+        return tuple(getattr(cls, "__match_args__", ()))
+    return ()
 
 
 @dataclass(eq=False)

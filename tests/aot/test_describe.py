@@ -1,4 +1,4 @@
-"""The joint's `describe` (compiler/aot/joint.py) reads the fake values our tracer recorded
+"""The joint's `describe` (compiler/aot/joint.py, through compiler/aot/outputs.py) reads the fake values our tracer recorded
 instead of running the graph once more: the same output descriptions as that run, for
 graphs with batch norm, outputs that are views of inputs or of other outputs, constants and
 outputs computed without grad; graphs without recorded values still run."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 import compiler
-from compiler.aot import joint
+from compiler.aot import joint, outputs
 
 
 def _described(monkeypatch, fn, *args) -> int:
@@ -23,13 +23,13 @@ def _described(monkeypatch, fn, *args) -> int:
 
     monkeypatch.setattr(joint, "describe", spy)
     compiler.compile(fn)(*args)
-    recorded = joint._recorded
+    recorded = outputs.recorded
     for gm, inputs in seen:
         assert recorded(gm, inputs) is not None
         read = real(gm, inputs)
-        monkeypatch.setattr(joint, "_recorded", lambda *a: None)
+        monkeypatch.setattr(outputs, "recorded", lambda *a: None)
         ran = real(gm, inputs)
-        monkeypatch.setattr(joint, "_recorded", recorded)
+        monkeypatch.setattr(outputs, "recorded", recorded)
         assert read == ran
     return len(seen)
 
@@ -56,6 +56,6 @@ def test_views_constants_and_outputs_without_grad(monkeypatch):
 def test_graphs_without_recorded_values_run():
     gm = torch.fx.symbolic_trace(lambda x: x.sin())
     x = torch.randn(3, requires_grad=True)
-    assert joint._recorded(gm, [x]) is None
-    _, outputs, requires_grad = joint.describe(gm, [x])
-    assert [o.differentiable for o in outputs] == [True] and requires_grad == [True]
+    assert outputs.recorded(gm, [x]) is None
+    _, leaves, requires_grad = joint.describe(gm, [x])
+    assert [o.differentiable for o in leaves] == [True] and requires_grad == [True]

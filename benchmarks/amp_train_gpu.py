@@ -4,7 +4,7 @@ bf16 autocast with AdamW, in one compiled function. Checks it runs, compares the
 with `--time N`, the median of N more steps (CUDA events) for eager, ours and, with `--tc`,
 torch.compile (the anchor), each after its own cold first step.
 
-    python benchmarks/amp_train_gpu.py [--layers 12] [--batch 8] [--seq 256] [--steps 5]
+    python benchmarks/amp_train_gpu.py [--model gpt2|llama] [--layers 12] [--batch 8] [--seq 256] [--steps 5]
         [--mode reduce-overhead] [--time 20] [--tc]
 """
 
@@ -21,13 +21,26 @@ import torch
 
 import compiler
 
+VOCAB = {"gpt2": 50257, "llama": 32000}
 
-def make_model(layers: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(n_layer=layers, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
+def make_model(name: str, layers: int):
+    """GPT-2 small, or a Llama-style decoder of about its size (RMSNorm, rotary embeddings,
+    SwiGLU, grouped-query attention: 12 query heads, 4 key/value heads)."""
+    import transformers as tf
+
+    if name == "gpt2":
+        cfg = tf.GPT2Config(n_layer=layers, n_embd=768, n_head=12, vocab_size=VOCAB[name])
+        cls = tf.GPT2LMHeadModel
+    else:
+        cfg = tf.LlamaConfig(
+            hidden_size=768, intermediate_size=2048, num_hidden_layers=layers,
+            num_attention_heads=12, num_key_value_heads=4, vocab_size=VOCAB[name],
+            max_position_embeddings=1024,
+        )  # fmt: skip
+        cls = tf.LlamaForCausalLM
     torch.manual_seed(0)
-    return GPT2LMHeadModel(cfg).cuda()
+    return cls(cfg).cuda()
 
 
 def make_step(model, opt):
@@ -67,6 +80,7 @@ def run(label: str, step, ids, steps: int) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=sorted(VOCAB), default="gpt2")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
@@ -75,8 +89,8 @@ def main() -> None:
     p.add_argument("--time", type=int, default=0)
     p.add_argument("--tc", action="store_true")
     args = p.parse_args()
-    base = make_model(args.layers)
-    ids = torch.randint(0, 50257, (args.batch, args.seq), device="cuda")
+    base = make_model(args.model, args.layers)
+    ids = torch.randint(0, VOCAB[args.model], (args.batch, args.seq), device="cuda")
     results, timing = {}, {}
     for label in ("eager", "ours", "torch.compile") if args.tc else ("eager", "ours"):
         model = copy.deepcopy(base)
@@ -110,7 +124,7 @@ def main() -> None:
         print("loss difference after each step:",
               [round(a - b, 5) for a, b in zip(results["eager"], results["ours"])])
     for label, ms in timing.items():
-        print(f"{label:14s} {ms:8.2f} ms/step (median of {args.time}, mode {args.mode})")
+        print(f"{args.model} {label:14s} {ms:8.2f} ms/step (median of {args.time}, mode {args.mode})")
 
 
 if __name__ == "__main__":

@@ -318,3 +318,11 @@ def test_half_precision_reductions_accumulate_in_float32(device, dtype):
     exact = torch.tensor([10_000.0, 30_000.0]).to(dtype).tolist()
     assert [out[0].item(), out[1].item()] == exact
     check(fn, x, y, atol=1e-2, rtol=1e-2)
+
+
+
+def test_out_of_range_integer_scalars_wrap_as_eager(device):
+    """Arithmetic and comparisons convert a Python integer to the tensor's dtype, wrapping
+    (`int8 > 300` is `int8 > 44`)."""
+    x = torch.tensor([1, 44, 100, -128], dtype=torch.int8, device=device)
+    check(lambda x: (x > 300, x == 300, x + 300, x * -200), x)

@@ -320,7 +320,6 @@ def test_half_precision_reductions_accumulate_in_float32(device, dtype):
     check(fn, x, y, atol=1e-2, rtol=1e-2)
 
 
-
 def test_out_of_range_integer_scalars_wrap_as_eager(device):
     """Arithmetic and comparisons convert a Python integer to the tensor's dtype, wrapping
     (`int8 > 300` is `int8 > 44`)."""

@@ -425,9 +425,12 @@ def arange(ctx: LoweringContext, node, *args, **kwargs):
 def _scalar(value: Any, dtype: torch.dtype) -> Any:
     """A Python scalar as a constant of `dtype`: an integer wraps into the dtype's range, as
     eager converts it (`uint8_tensor // -3` divides by 253), and so fits the literal types
-    of both emitters."""
+    of both emitters; a half-precision one is rounded (`torch.full(..., 0.1, dtype=float16)`
+    holds 0.0999755859375)."""
     if dtype == torch.bool:
         return bool(value)
+    if dtype in (torch.float16, torch.bfloat16):  # a tensor's element: the rounded value
+        return torch.tensor(float(value)).to(dtype).item()
     if dtype.is_floating_point:
         return float(value)
     if isinstance(value, float) and not value.is_integer():

@@ -325,3 +325,17 @@ def test_out_of_range_integer_scalars_wrap_as_eager(device):
     (`int8 > 300` is `int8 > 44`)."""
     x = torch.tensor([1, 44, 100, -128], dtype=torch.int8, device=device)
     check(lambda x: (x > 300, x == 300, x + 300, x * -200), x)
+
+
+def test_half_precision_constants_hold_their_rounded_value(device):
+    """`torch.full(..., 1 / 3, dtype=float16)` holds 0.333251953125: so does the constant a
+    kernel computes with once the fill is fused into its consumer (the difference was 8e-5)."""
+    x = values(torch.float16, 64, device)
+
+    def fn(x):
+        return (torch.full_like(x, 1 / 3) - 0.333251953125, torch.full_like(x, 0.1) * 1000 + x)
+
+    with config.patch(emulate_precision_casts=True):
+        actual = compile_and_run(fn, x)[0]
+    for a, e in zip(actual, fn(x)):
+        assert torch.equal(a, e)

@@ -294,14 +294,18 @@ def test_emulate_precision_casts_rounds_as_eager(device, dtype):
     if dtype == torch.bfloat16:
         skip_interpreted_bfloat16(device)
     x = values(dtype, 100_000, device)
-    gm = to_graph(lambda x: (torch.sin(x + 10), (x * 0.1).exp().sum() / x.numel()))
+    gm = to_graph(
+        lambda x: (torch.sin(x + 10), (x * 3 + 1) * x - 2, (x * 0.1).exp().sum() / x.numel())
+    )
     expected = gm(x)
     compiled = compile_fx(gm, [x])
     assert not torch.equal(compiled(x)[0], expected[0])
+    assert not torch.equal(compiled(x)[1], expected[1])
     with config.patch(emulate_precision_casts=True):
         emulated = compiled(x)
     assert torch.equal(emulated[0], expected[0])
-    torch.testing.assert_close(emulated[1], expected[1])
+    assert torch.equal(emulated[1], expected[1])
+    torch.testing.assert_close(emulated[2], expected[2])
     assert not torch.equal(compiled(x)[0], expected[0])
 
 

@@ -299,7 +299,7 @@ def test_fuzz_triton_interpreted(data, monkeypatch):
 
 @pytest.mark.gpu
 @given(data=st.data())
-@fuzz_settings(ci_default=200)
+@fuzz_settings(ci_default=100)
 def test_fuzz_cuda(data):
     """Triton on CUDA; `FUZZ_EXAMPLES=2000 FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda pytest
     --timeout=0 -m gpu tests/codegen/test_fuzz_graphs.py` for the long run."""

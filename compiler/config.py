@@ -28,6 +28,13 @@ The settings, as torch._dynamo.config names them:
 - `automatic_dynamic_shapes` (default True): with `compile(..., dynamic=None)`, a recompile
   caused by a changed tensor size traces that dimension with a symbolic size, so one entry
   serves the sizes that follow (see compiler/tracer/shapes.py).
+- `emulate_precision_casts` (default False; torch._inductor.config's name): inside a fused
+  kernel, float16 and bfloat16 values are computed in float32 and rounded once, where they
+  are stored, as TorchInductor does: closer to the exact result than eager, which rounds
+  after every op (sin(x + 10) in float16: 0.5 ulp off where eager is 8 ulp off, ulps of
+  [0.5, 1)). A half value converted to an integer or bool is rounded first, as eager sees it.
+  True rounds after every op as eager does, for results equal to eager's. A compiled graph
+  compiles again for calls made under the other value.
 """
 
 from __future__ import annotations
@@ -41,8 +48,15 @@ cache_size_limit: int = 8
 suppress_errors: bool = True
 verbose: bool = False
 automatic_dynamic_shapes: bool = True
+emulate_precision_casts: bool = False
 
-_SETTINGS = ("cache_size_limit", "suppress_errors", "verbose", "automatic_dynamic_shapes")
+_SETTINGS = (
+    "cache_size_limit",
+    "suppress_errors",
+    "verbose",
+    "automatic_dynamic_shapes",
+    "emulate_precision_casts",
+)
 
 
 class _Patch(contextlib.ContextDecorator):

@@ -74,35 +74,46 @@ class InputSpec:
     positive: bool = False  # values in [1, 5]: divisors, sizes
     grad: bool = False  # a leaf that requires grad (floating dtypes only)
 
-    def make(self, seed: int) -> torch.Tensor:
-        t = self._make(seed)
+    def make(self, seed: int, device: str = "cpu") -> torch.Tensor:
+        t = self._make(seed, device)
         return t.detach().requires_grad_() if self.grad else t
 
-    def _make(self, seed: int) -> torch.Tensor:
+    def _make(self, seed: int, device: str) -> torch.Tensor:
         gen = torch.Generator().manual_seed(seed)
         shape, layout = self.shape, self.layout
+
+        def values(shape: tuple[int, ...]) -> torch.Tensor:
+            return _values(shape, self, gen).to(device)  # the same values on every device
+
         if layout == "transposed" and len(shape) >= 2:
-            base = _values((*shape[:-2], shape[-1], shape[-2]), self, gen)
-            return base.transpose(-1, -2)
+            return values((*shape[:-2], shape[-1], shape[-2])).transpose(-1, -2)
         if layout == "sliced" and shape:
-            base = _values((*shape[:-1], shape[-1] * 2 + 1), self, gen)
-            return base[..., 1::2]
+            return values((*shape[:-1], shape[-1] * 2 + 1))[..., 1::2]
         if layout == "expanded" and any(s > 1 for s in shape):
             small = tuple(1 if i % 2 == 0 and s > 1 else s for i, s in enumerate(shape))
             if small == shape:
                 small = tuple(1 if s > 1 else s for s in shape)
-            return _values(small, self, gen).expand(shape)
+            return values(small).expand(shape)
         if layout == "offset":
             n = 1
             for s in shape:
                 n *= s
-            return _values((n + 3,), self, gen)[3:].view(shape)
-        return _values(shape, self, gen)
+            return values((n + 3,))[3:].view(shape)
+        return values(shape)
 
     def __str__(self) -> str:
         extra = ", positive=True" if self.positive else ""
         extra += ", requires_grad=True" if self.grad else ""
         return f"{self.name}: {tuple(self.shape)} {self.dtype} {self.layout}{extra}"
+
+
+# Integer inputs of the narrow dtypes span their whole range, so sums and products wrap.
+INTEGER_RANGE = {
+    torch.uint8: (0, 255),
+    torch.int8: (-128, 127),
+    torch.int16: (-32768, 32767),
+    torch.int32: (-(2**20), 2**20),
+}
 
 
 def _values(shape: tuple[int, ...], spec: InputSpec, gen: torch.Generator) -> torch.Tensor:
@@ -111,7 +122,8 @@ def _values(shape: tuple[int, ...], spec: InputSpec, gen: torch.Generator) -> to
     if spec.positive:
         return torch.randint(1, 6, shape, generator=gen).to(spec.dtype)
     if not spec.dtype.is_floating_point:
-        return torch.randint(-5, 6, shape, generator=gen, dtype=spec.dtype)
+        lo, hi = INTEGER_RANGE.get(spec.dtype, (-5, 5))
+        return torch.randint(lo, hi + 1, shape, generator=gen).to(spec.dtype)
     return torch.randn(shape, generator=gen).to(spec.dtype)
 
 
@@ -125,6 +137,7 @@ class Program:
     outputs: list[str]
     helpers: list[str] = field(default_factory=list)  # module-level helper functions
     scalars: dict[str, Any] = field(default_factory=dict)  # Python arguments after the tensors
+    device: str = "cpu"  # of the input tensors
 
     def params(self) -> list[str]:
         return [s.name for s in self.inputs] + list(self.scalars)
@@ -143,7 +156,11 @@ class Program:
     def contiguous(self) -> Program:
         """The program on contiguous inputs of the same shapes and dtypes."""
         inputs = [dataclasses.replace(s, layout="contiguous") for s in self.inputs]
-        return Program(inputs, self.lines, self.outputs, self.helpers, self.scalars)
+        return dataclasses.replace(self, inputs=inputs)
+
+    def on(self, device: str) -> Program:
+        """The program with its inputs on `device`."""
+        return dataclasses.replace(self, device=device)
 
     def returning_everything(self) -> Program:
         """The program returning every value it assigns: where eager raises and the compiled
@@ -151,10 +168,10 @@ class Program:
         raises too; torch.compile also drops dead code) from a swallowed error."""
         names = [m for line in self.lines if (m := _assigned(line))]
         everything = list(dict.fromkeys([*names, *self.outputs]))
-        return Program(self.inputs, self.lines, everything, self.helpers, self.scalars)
+        return dataclasses.replace(self, outputs=everything)
 
     def make_inputs(self, seed: int) -> list[Any]:
-        tensors = [s.make(seed * 101 + i) for i, s in enumerate(self.inputs)]
+        tensors = [s.make(seed * 101 + i, self.device) for i, s in enumerate(self.inputs)]
         return [*tensors, *self.scalars.values()]
 
 
@@ -323,16 +340,23 @@ FLOAT_UNARY = [
     "{x}.clamp(-0.5, 0.5)", "{x}.clamp(min=0.1)", "{x} ** 2", "{x}.pow(3)", "F.gelu({x})",
     "F.silu({x})", "F.leaky_relu({x}, 0.1)", "F.hardtanh({x})", "torch.isnan({x})",
     "{x}.to(torch.float32)", "{x}.to(torch.float16)", "{x}.to(torch.bfloat16)",
+    "torch.sin({x} + 10)",
 ]  # fmt: skip
 DISCONTINUOUS_UNARY = [
     "torch.floor({x})", "torch.ceil({x})", "torch.round({x})", "torch.trunc({x})",
     "torch.sign({x})", "{x} > 0", "{x}.to(torch.int64)", "{x}.to(torch.bool)",
+    "({x} * 40).to(torch.uint8)",
 ]  # fmt: skip
 INT_UNARY = [
     "-{x}", "torch.abs({x})", "~{x}", "torch.sign({x})", "{x}.to(torch.float32)", "{x} * 3",
-    "{x}.to(torch.bool)",
+    "{x}.to(torch.bool)", "{x} + 200", "{x} // -3", "{x} % -3", "torch.fmod({x}, 3)",
+    "{x}.to(torch.uint8)", "{x}.to(torch.int8)", "{x}.to(torch.float16)", "{x} * 2.5",
+    "{x} >> 1", "{x} << 2",
 ]  # fmt: skip
-BOOL_UNARY = ["~{x}", "torch.logical_not({x})", "{x}.to(torch.float32)", "{x}.to(torch.int64)"]
+BOOL_UNARY = [
+    "~{x}", "torch.logical_not({x})", "{x}.to(torch.float32)", "{x}.to(torch.int64)",
+    "{x} + 1", "{x} * 2.5", "torch.sign({x})", "{x}.to(torch.uint8)", "{x}.to(torch.float16)",
+]  # fmt: skip
 
 
 def unary(b: Builder) -> str | None:
@@ -363,9 +387,12 @@ INT_BINARY = [
     "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} // {b}", "{a} % {b}", "{a} / {b}",
     "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "{a} & {b}", "{a} | {b}", "{a} ^ {b}",
     "{a} < {b}", "{a} == {b}", "torch.fmod({a}, {b})",
-    "torch.div({a}, {b}, rounding_mode='floor')",
+    "torch.div({a}, {b}, rounding_mode='floor')", "torch.remainder({a}, {b})", "{a} > {b}",
 ]  # fmt: skip
-BOOL_BINARY = ["{a} & {b}", "{a} | {b}", "{a} ^ {b}", "torch.logical_and({a}, {b})", "{a} == {b}"]
+BOOL_BINARY = [
+    "{a} & {b}", "{a} | {b}", "{a} ^ {b}", "torch.logical_and({a}, {b})", "{a} == {b}",
+    "{a} + {b}", "{a} * {b}", "torch.maximum({a}, {b})", "torch.minimum({a}, {b})",
+]  # fmt: skip
 SCALARS = {"float": ["2.5", "-1.0", "0.5", "3"], "int": ["2", "-3", "1", "0"], "bool": ["True"]}
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from compiler import config
 from compiler.ir.index import Var
 from compiler.ir.nodes import Layout
 from compiler.scheduler.kernel import KernelGroup, Schedule
@@ -112,6 +113,24 @@ def emitter_for(device: torch.device) -> tuple[KernelEmitter | None, str]:
 
         return TritonEmitter(), ""
     return None, "no CPU kernel emitter is available (compiler.codegen.cpp did not load)"
+
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def keeps_float32(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Whether a kernel converting a floating `src` value to half-precision `dst` keeps it
+    in float32 instead (the value is rounded once, where it is stored). Lowering converts each
+    op's result to its dtype, as eager rounds it; inside a fused kernel that rounding is
+    skipped, as in TorchInductor, unless `config.emulate_precision_casts`."""
+    return dst in LOW_PRECISION and src.is_floating_point and not config.emulate_precision_casts
+
+
+def rounds_source(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Whether a half-precision `src` value converted to an integer or bool `dst` is first
+    rounded to `src` (it may be a float32 value `keeps_float32` kept): truncation and `!= 0`
+    then see the value eager sees (`(x * 3).half().long()`)."""
+    return src in LOW_PRECISION and not dst.is_floating_point and not config.emulate_precision_casts
 
 
 def kernel_arguments(group: KernelGroup) -> list[str]:

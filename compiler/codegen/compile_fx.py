@@ -145,16 +145,18 @@ def _signature(args: Sequence[Any]) -> SignatureKey:
 
 
 def _global_state() -> tuple:
-    """The state outside the arguments that changes the aten graph: the default dtype (of
-    factories given none) and autocast (casts before matmuls, and the dtype an extern call
-    returns). Compiled under one and run under another, a kernel would read bfloat16
-    results as float32 (garbage) or return a stale dtype."""
+    """The state outside the arguments that changes the compiled code: the default dtype (of
+    factories given none), autocast (casts before matmuls, and the dtype an extern call
+    returns) and `config.emulate_precision_casts` (the kernels' half-precision roundings).
+    Compiled under one and run under another, a kernel would read bfloat16 results as float32
+    (garbage), return a stale dtype or round as the setting no longer says."""
+    emulate = config.emulate_precision_casts
     if not torch._C._is_any_autocast_enabled():
-        return (torch.get_default_dtype(),)
+        return (torch.get_default_dtype(), emulate)
     autocast = tuple(
         (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
     )
-    return (torch.get_default_dtype(), *autocast)
+    return (torch.get_default_dtype(), emulate, *autocast)
 
 
 class CompiledGraph:

@@ -40,7 +40,7 @@ from dataclasses import replace
 import torch
 import torch.autograd.profiler as _profiler
 
-from compiler.codegen.common import KernelSource, store_order
+from compiler.codegen.common import LOW_PRECISION, KernelSource, store_order
 from compiler.codegen.cpp_ops import (
     Accumulator,
     c_constant,
@@ -557,7 +557,10 @@ class _KernelWriter:
                 self.close()
         for acc in accs:
             result = self.tmp("red")
-            self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {acc.result()};")
+            value = acc.result()
+            if acc.step.dtype in LOW_PRECISION:  # rounded here only to emulate eager
+                value = convert(value, torch.float32, acc.step.dtype)
+            self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {value};")
             self.bind(("step", acc.step.name), result)
             self.store(acc.step, result)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from compiler.codegen.common import keeps_float32, rounds_source
 from compiler.codegen.cpp_prelude import COMPUTE_TYPE, MATH_FUNCTIONS, STORAGE_TYPE
 from compiler.ir.index import FloorDiv, Index, Mod, Var
 from compiler.ir.nodes import Constant, Op
@@ -144,13 +145,25 @@ def op_expr(op: Op, args: list[str]) -> str:
     raise NotImplementedError(f"C++ emitter: no rule for pointwise op {name!r}")
 
 
+_ROUND = {torch.float16: "jc_round_half", torch.bfloat16: "jc_round_bf16"}
+
+
 def convert(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
-    """A value of dtype `src` as dtype `dst`, both in their compute types."""
+    """A value of dtype `src` as dtype `dst`, both in their compute types (half precisions
+    are floats, rounded or not as compiler/codegen/common.py's `keeps_float32` and
+    `rounds_source` say)."""
+    if rounds_source(src, dst):
+        expr = f"{_ROUND[src]}({expr})"
     if dst == torch.bool:
         return f"({expr} != 0)"
     if dst in _HALF:
-        rounding = "jc_round_half" if dst == torch.float16 else "jc_round_bf16"
-        return f"{rounding}(static_cast<float>({expr}))"
+        if keeps_float32(src, dst):
+            return expr if COMPUTE_TYPE[src] == "float" else f"static_cast<float>({expr})"
+        return f"{_ROUND[dst]}(static_cast<float>({expr}))"
+    if dst == torch.uint8 and src.is_floating_point:
+        # through int64, as c10's convert: a negative float wraps (-1.0 -> 255), where a
+        # direct conversion is undefined
+        return f"static_cast<uint8_t>(static_cast<int64_t>({expr}))"
     if COMPUTE_TYPE[src] == COMPUTE_TYPE[dst]:
         return expr
     return f"static_cast<{COMPUTE_TYPE[dst]}>({expr})"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from compiler.codegen.common import LOW_PRECISION, keeps_float32, rounds_source
 from compiler.ir.index import Index, Var, render, unflatten
 from compiler.ir.nodes import (
     WELFORD_TYPES,
@@ -254,9 +255,7 @@ class KernelWriter:
             if isinstance(a, Constant):
                 return _literal(_convert(a.value, v.dtype)), 0
             text, level = self.value(a, scope)
-            if v.dtype == torch.bool:
-                return self.tmp(scope, f"{text} != 0", level, v)
-            return self.tmp(scope, f"{text}.to({TL_DTYPES[v.dtype]})", level, v)
+            return self.tmp(scope, _to_dtype(text, a.dtype, v.dtype), level, v)
         args = [self.value(a, scope) for a in v.args]
         texts = [t for t, _ in args]
         level = max(lv for _, lv in args)
@@ -268,10 +267,12 @@ class KernelWriter:
             text = f"{texts[0]} {_BINARY[o]} {texts[1]}"
         elif o in ("floordiv", "remainder") and not dt.is_floating_point:
             text = f"th.{o}({texts[0]}, {texts[1]})"
-        elif o == "floordiv":
-            text = f"tl.floor({texts[0]} / {texts[1]})"
-        elif o == "remainder":
-            text = f"{texts[0]} - tl.floor({texts[0]} / {texts[1]}) * {texts[1]}"
+        elif o in ("floordiv", "remainder"):
+            # torch's floating forms (c10's div_floor_floating, fmod-based remainder):
+            # floor(a / b) rounds the quotient first, a - floor(a / b) * b cancels
+            text = f"th.{o}_float({texts[0]}, {texts[1]})"
+        elif o in ("floor", "ceil", "trunc", "round") and not dt.is_floating_point:
+            text = texts[0]  # integers are whole already (tl.floor takes floats only)
         elif o == "fmod" and not dt.is_floating_point:
             text = f"{texts[0]} % {texts[1]}"
         elif o in ("maximum", "minimum"):
@@ -289,7 +290,12 @@ class KernelWriter:
         elif o == "logical_not":
             text = f"{texts[0]} == 0"
         elif o == "bitwise_not":
-            text = f"{texts[0]} == 0" if dt == torch.bool else f"~{texts[0]}"
+            if dt == torch.bool:
+                text = f"{texts[0]} == 0"
+            elif dt == torch.uint8:  # ~ builds -1 as its mask, out of range for uint8
+                text = f"{texts[0]} ^ 255"
+            else:
+                text = f"~{texts[0]}"
         elif o == "isnan":
             text = f"{texts[0]} != {texts[0]}"
         elif o == "isinf":
@@ -335,7 +341,8 @@ class KernelWriter:
             text = f"tl.full({self.shape(level)}, {text}, {TL_DTYPES[step.dtype]})"
         elif vlevel == 0:  # a scalar load: broadcast to the block
             text = f"{text} + tl.zeros({self.shape(level)}, {TL_DTYPES[step.dtype]})"
-        elif self.steps[step.name].value.dtype != step.dtype:
+        elif self.steps[step.name].value.dtype != step.dtype or step.dtype in LOW_PRECISION:
+            # a half-precision value may be float32 in the kernel (see keeps_float32)
             text = f"{text}.to({TL_DTYPES[step.dtype]})"
         scope.lines.append(
             f"{scope.indent}tl.store({self.args[step.name]} + ({addr}), {text}, {self.mask(level)})"
@@ -468,7 +475,7 @@ class KernelWriter:
 
     def finish_reduction(self, step: Step, out: tuple[str, int], scope: Scope) -> None:
         if step.value.dtype != step.dtype and step.reduction_type not in ("argmax", "argmin"):
-            out = self.tmp(scope, f"{out[0]}.to({TL_DTYPES[step.dtype]})", 1)
+            out = self.tmp(scope, _to_dtype(out[0], step.value.dtype, step.dtype), 1)
         self.values[step.name] = out
         self.store(step, out, scope)
 
@@ -483,6 +490,26 @@ def _literal(value) -> str:
             return "float('inf')" if value > 0 else "float('-inf')"
         return repr(value)
     return str(value)
+
+
+def _to_dtype(text: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """Triton converting `text`, a `src` value, to `dst` (see compiler/codegen/common.py for
+    the half-precision values kept in float32)."""
+    if rounds_source(src, dst):
+        text = f"{text}.to({TL_DTYPES[src]})"
+    if dst == torch.bool:
+        return f"{text} != 0"
+    if keeps_float32(src, dst):
+        return f"{text}.to(tl.float32)"
+    if dst in LOW_PRECISION and not src.is_floating_point:
+        # through float32, as c10's Half and BFloat16 convert (and Triton's interpreter
+        # mangles integers converted to bfloat16 directly)
+        return f"{text}.to(tl.float32).to({TL_DTYPES[dst]})"
+    if dst == torch.uint8 and src.is_floating_point:
+        # through int64, as c10's convert: a negative float wraps (-1.0 -> 255), where
+        # the direct conversion gives 0 on a GPU
+        return f"{text}.to(tl.int64).to(tl.uint8)"
+    return f"{text}.to({TL_DTYPES[dst]})"
 
 
 def _convert(value, dtype: torch.dtype):

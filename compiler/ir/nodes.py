@@ -101,6 +101,24 @@ OPS: dict[str, int] = {
     "to_dtype": 1,
 }
 
+# torch's arithmetic on bool operands with a bool result, as the logical op that gives it
+# (None: the operand itself). Other arithmetic on bools (sub, neg, abs, division, pow, floor,
+# ...) raises in eager; lowering leaves those to the aten call. Ops of OPS not named here and
+# not arithmetic (comparisons, logic, bitwise, where, to_dtype) are defined on bools as is.
+BOOL_FORMS: dict[str, str | None] = {
+    "add": "logical_or",
+    "mul": "logical_and",
+    "maximum": "logical_or",
+    "minimum": "logical_and",
+    "sign": None,
+}
+# Ops defined on bool operands with a bool result, besides those of BOOL_FORMS.
+BOOL_OPS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+    "logical_not", "isnan", "isinf", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_not", "where", "to_dtype",
+})  # fmt: skip
+
 # welford_mean / welford_m2: the mean and the sum of squared deviations from it (m2) of the
 # body's Welford states, combined in one pass (see `Welford`); var is m2 / (n - correction).
 REDUCTION_TYPES = (

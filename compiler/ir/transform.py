@@ -7,7 +7,7 @@ from typing import Callable, Mapping
 import torch
 
 from compiler.ir.index import Index
-from compiler.ir.nodes import Constant, IndexValue, Load, Op, Ref, Value, Welford
+from compiler.ir.nodes import BOOL_FORMS, Constant, IndexValue, Load, Op, Ref, Value, Welford
 
 
 def rewrite(
@@ -15,10 +15,12 @@ def rewrite(
     on_load: Callable[[Load, tuple, "Value | None"], Value],
     on_index: Callable[[Index], Index],
     on_ref: Callable[[Ref], Value] = lambda r: r,
+    on_op: Callable[[Op], Value] = lambda o: o,
 ) -> Value:
     """Rebuild `value` bottom-up: every Index goes through `on_index`, every Load (with its
     indices and mask already rewritten) through `on_load(load, indices, mask)`, every Ref
-    through `on_ref`. Shared sub-values are rewritten once."""
+    through `on_ref`, every Op (with its operands rewritten) through `on_op`. Shared
+    sub-values are rewritten once."""
     memo: dict[int, Value] = {}
 
     def go(v: Value) -> Value:
@@ -26,7 +28,7 @@ def rewrite(
         if key in memo:
             return memo[key]
         if isinstance(v, Op):
-            out: Value = Op(v.op, tuple([go(a) for a in v.args]), v.dtype)
+            out: Value = on_op(Op(v.op, tuple([go(a) for a in v.args]), v.dtype))
         elif isinstance(v, Load):
             indices = tuple([on_index(i) if isinstance(i, Index) else go(i) for i in v.indices])
             mask = go(v.mask) if v.mask is not None else None
@@ -99,3 +101,19 @@ def add_mask(value: Value, mask: Value) -> Value:
         return Load(ld.buf, indices, ld.dtype, both)
 
     return rewrite(value, on_load, lambda i: i)
+
+
+def bool_arithmetic(value: Value) -> Value:
+    """`value` with its arithmetic on bool values in the logical forms of `BOOL_FORMS`.
+    Neither emitter has torch's bool arithmetic: Triton's int1 wraps (True + True is False
+    on a GPU) and C++'s bool promotes to int; the IR never asks them for it."""
+
+    def on_op(op: Op) -> Value:
+        if op.dtype != torch.bool or op.op not in BOOL_FORMS:
+            return op
+        form = BOOL_FORMS[op.op]
+        return op.args[0] if form is None else Op(form, op.args, torch.bool)
+
+    return rewrite(
+        value, lambda ld, idx, mask: Load(ld.buf, idx, ld.dtype, mask), lambda i: i, on_op=on_op
+    )

@@ -44,6 +44,7 @@ from compiler.ir.nodes import (
     Value,
     loads,
 )
+from compiler.ir.transform import bool_arithmetic
 from compiler.runtime.support import flat_result
 
 Loader = Callable[[tuple], Value]
@@ -163,8 +164,7 @@ class LoweringContext:
         """A new Pointwise node; `body_fn(i_vars)` gives the value at each point."""
         size = tuple(int(s) for s in size)
         ivars = make_vars("i", size)
-        body = body_fn(tuple(Index.of(v) for v in ivars))
-        body = cast(body, dtype)
+        body = bool_arithmetic(cast(body_fn(tuple(Index.of(v) for v in ivars)), dtype))
         layout = layout or self.output_layout(size, dtype, body)
         node = Pointwise(self.new_name(), size, body, layout, self.origins, self.aten_name)
         self.nodes.append(node)
@@ -188,7 +188,7 @@ class LoweringContext:
         ivars, rvars = make_vars("i", outer), make_vars("r", red)
         it_i, it_r = iter(ivars), iter(rvars)
         full = tuple(Index.of(next(it_r) if k in axes else next(it_i)) for k in range(rank))
-        body = body_fn(full) if body_fn else cast(tv.load(full), acc_dtype)
+        body = bool_arithmetic(body_fn(full) if body_fn else cast(tv.load(full), acc_dtype))
         layout = Layout.contiguous(outer, out_dtype, self.device)
         node = Reduction(
             self.new_name(),
@@ -216,7 +216,9 @@ class LoweringContext:
         """A reduction over a window per output point (pooling): `body_fn(i, r)`."""
         size, window = tuple(size), tuple(window)
         ivars, rvars = make_vars("i", size), make_vars("r", window)
-        body = body_fn(tuple(Index.of(v) for v in ivars), tuple(Index.of(v) for v in rvars))
+        body = bool_arithmetic(
+            body_fn(tuple(Index.of(v) for v in ivars), tuple(Index.of(v) for v in rvars))
+        )
         layout = self.natural_layout(size, out_dtype)
         node = Reduction(
             self.new_name(),
@@ -549,7 +551,9 @@ def cast(value: Value, dtype: torch.dtype) -> Value:
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half-precision math runs in float32 (rounded back when stored), as eager's CUDA kernels do."""
+    """Half-precision math runs in float32: each op's result is converted back to its half
+    dtype, which the emitters round only at stores unless `emulate_precision_casts` (see
+    compiler/codegen/common.py `rounds_to`)."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 

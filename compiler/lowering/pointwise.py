@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from compiler.ir.index import Index
-from compiler.ir.nodes import Constant, IndexValue, Op, Value
+from compiler.ir.nodes import BOOL_FORMS, BOOL_OPS, Constant, IndexValue, Op, Value
 from compiler.lowering.core import (
     LoweringContext,
     LoweringError,
@@ -76,11 +76,16 @@ LOGICAL = {
 }
 
 
-def operand(x: Any, size: tuple[int, ...], dtype: torch.dtype):
-    """A function idx -> Value reading `x` (TensorValue or Python scalar) as `dtype`."""
+def operand(x: Any, size: tuple[int, ...], common: torch.dtype):
+    """A function idx -> Value reading `x` (TensorValue or Python scalar) for an op whose
+    operands torch converts to `common` (the promoted dtype): a tensor is converted to
+    `common`, then widened to its compute dtype (an int16 operand of a float16 op is rounded
+    to float16 first, as eager does); a scalar is taken in the compute dtype (eager computes
+    half-precision ops with the scalar in float32)."""
+    dtype = compute_dtype(common)
     if isinstance(x, TensorValue):
         load = broadcast_loader(x, size)
-        return lambda idx: cast(load(idx), dtype)
+        return lambda idx: cast(cast(load(idx), common), dtype)
     if isinstance(x, (bool, int, float)):
         const = Constant(_scalar(x, dtype), dtype)
         return lambda idx: const
@@ -98,45 +103,40 @@ def promoted(node: torch.fx.Node, *positions: int) -> torch.dtype:
     return vals[0].dtype if isinstance(vals[0], torch.Tensor) else torch.tensor(vals[0]).dtype
 
 
-def elementwise(
-    ctx: LoweringContext, op: str, inputs: list[Any], in_dtype: torch.dtype
-) -> TensorValue:
+def elementwise(ctx: LoweringContext, op: str, inputs: list[Any], common: torch.dtype):
+    """One op over `inputs` converted to `common` (see `operand`), computed in its compute
+    dtype. NotImplemented (the aten call, which raises as eager does) for arithmetic that
+    torch refuses on bools (neg, abs, floor, division, ...): fake tensors accept it."""
     val = ctx.meta()
     size, out_dtype = tuple(val.shape), val.dtype
-    ops = [operand(x, size, in_dtype) for x in inputs]
-    result_dtype = (
-        torch.bool
-        if op
-        in (
-            "eq",
-            "ne",
-            "lt",
-            "le",
-            "gt",
-            "ge",
-            "logical_and",
-            "logical_or",
-            "logical_xor",
-            "logical_not",
-            "isnan",
-            "isinf",
-        )
-        else in_dtype
-    )
+    dtype = compute_dtype(common)
+    if dtype == torch.bool and op not in BOOL_FORMS and op not in BOOL_OPS:
+        return NotImplemented
+    ops = [operand(x, size, common) for x in inputs]
+    result_dtype = torch.bool if op in BOOL_RESULTS else dtype
     return ctx.pointwise(
         size, out_dtype, lambda idx: Op(op, tuple(o(idx) for o in ops), result_dtype)
     )
 
 
+# Ops whose result is bool whatever their operands' dtype.
+BOOL_RESULTS = frozenset({*COMPARE.values(), *LOGICAL.values(), "logical_not", "isnan", "isinf"})
+
+
+def _common(ctx: LoweringContext) -> torch.dtype:
+    """The promoted dtype of an op whose result has it (arithmetic, not comparisons)."""
+    return ctx.meta().dtype
+
+
 def _compute_for(ctx: LoweringContext) -> torch.dtype:
-    return compute_dtype(ctx.meta().dtype)
+    return compute_dtype(_common(ctx))
 
 
 @register_lowering(*UNARY)
 def unary(ctx: LoweringContext, node, x, *rest, **kwargs):
     if rest or kwargs:
         return NotImplemented
-    return elementwise(ctx, UNARY[node.target.overloadpacket], [x], _compute_for(ctx))
+    return elementwise(ctx, UNARY[node.target.overloadpacket], [x], _common(ctx))
 
 
 # Integer division ops: a zero divisor makes eager raise, but traps (SIGFPE, the process dies)
@@ -159,7 +159,7 @@ def binary(ctx: LoweringContext, node, a, b, **kwargs):
     op = BINARY[node.target.overloadpacket]
     if _divisor_may_be_zero(op, _compute_for(ctx), b):
         return NotImplemented
-    return elementwise(ctx, op, [a, b], _compute_for(ctx))
+    return elementwise(ctx, op, [a, b], _common(ctx))
 
 
 @register_lowering(aten.add, aten.sub)
@@ -168,38 +168,43 @@ def add_sub(ctx: LoweringContext, node, a, b, *, alpha: Any = 1):
     if op == "sub" and any(isinstance(v, TensorValue) and v.dtype == torch.bool for v in (a, b)):
         # Eager refuses to subtract a bool tensor, fake tensors do not: the aten call raises
         return NotImplemented
-    dtype = _compute_for(ctx)
+    common, dtype = _common(ctx), _compute_for(ctx)
     if alpha != 1:
         val = ctx.meta()
         size = tuple(val.shape)
-        la, lb = operand(a, size, dtype), operand(b, size, dtype)
+        la, lb = operand(a, size, common), operand(b, size, common)
         k = Constant(_scalar(alpha, dtype), dtype)
         return ctx.pointwise(
             size, val.dtype, lambda i: Op(op, (la(i), Op("mul", (lb(i), k), dtype)), dtype)
         )
-    return elementwise(ctx, op, [a, b], dtype)
+    return elementwise(ctx, op, [a, b], common)
 
 
 @register_lowering(aten.div)
 def div(ctx: LoweringContext, node, a, b, *, rounding_mode: str | None = None):
-    dtype = _compute_for(ctx)
+    common, dtype = _common(ctx), _compute_for(ctx)
     if rounding_mode is None:
-        return elementwise(ctx, "truediv", [a, b], dtype)
+        return elementwise(ctx, "truediv", [a, b], common)
     integer_op = {"floor": "floordiv", "trunc": "truncdiv"}.get(rounding_mode)
     if integer_op is None:
         return NotImplemented
     if not dtype.is_floating_point:
         if _divisor_may_be_zero(integer_op, dtype, b):
             return NotImplemented
-        return elementwise(ctx, integer_op, [a, b], dtype)
-    # Floating point: round the true quotient, as eager does.
+        return elementwise(ctx, integer_op, [a, b], common)
+    if rounding_mode == "floor":  # torch's floor division, not floor(a / b): see floordiv
+        return elementwise(ctx, "floordiv", [a, b], common)
+    # trunc: truncate the true quotient, converted to the result's dtype first as eager's
+    # kernels compute it (kept in float32 for half precisions, see keeps_float32)
     val = ctx.meta()
     size = tuple(val.shape)
-    la, lb = operand(a, size, dtype), operand(b, size, dtype)
+    la, lb = operand(a, size, common), operand(b, size, common)
     return ctx.pointwise(
         size,
         val.dtype,
-        lambda i: Op(rounding_mode, (Op("truediv", (la(i), lb(i)), dtype),), dtype),
+        lambda i: Op(
+            "trunc", (cast(cast(Op("truediv", (la(i), lb(i)), dtype), common), dtype),), dtype
+        ),
     )
 
 
@@ -209,14 +214,13 @@ def prims_div(ctx: LoweringContext, node, a, b):
     dtype = _compute_for(ctx)
     if _divisor_may_be_zero("truncdiv", dtype, b):
         return NotImplemented
-    return elementwise(ctx, "truediv" if dtype.is_floating_point else "truncdiv", [a, b], dtype)
+    op = "truediv" if dtype.is_floating_point else "truncdiv"
+    return elementwise(ctx, op, [a, b], _common(ctx))
 
 
 @register_lowering(*COMPARE)
 def compare(ctx: LoweringContext, node, a, b):
-    return elementwise(
-        ctx, COMPARE[node.target.overloadpacket], [a, b], compute_dtype(promoted(node, 0, 1))
-    )
+    return elementwise(ctx, COMPARE[node.target.overloadpacket], [a, b], promoted(node, 0, 1))
 
 
 @register_lowering(*LOGICAL)
@@ -232,12 +236,14 @@ def logical_not(ctx: LoweringContext, node, a):
 @register_lowering(aten.isnan, aten.isinf)
 def isnan_isinf(ctx: LoweringContext, node, a):
     op = "isnan" if node.target.overloadpacket is aten.isnan else "isinf"
-    return elementwise(ctx, op, [a], compute_dtype(a.dtype))
+    return elementwise(ctx, op, [a], a.dtype)
 
 
 @register_lowering(aten.pow)
 def pow_(ctx: LoweringContext, node, a, b):
-    dtype = _compute_for(ctx)
+    common, dtype = _common(ctx), _compute_for(ctx)
+    if dtype == torch.bool:
+        return NotImplemented  # eager refuses pow on bools
     val = ctx.meta()
     size = tuple(val.shape)
     if (
@@ -246,7 +252,7 @@ def pow_(ctx: LoweringContext, node, a, b):
         and 0 <= b <= 4
         and isinstance(a, TensorValue)
     ):
-        la = operand(a, size, dtype)
+        la = operand(a, size, common)
 
         def body(i):  # small integer powers as products: exact, and what eager's kernels do
             x = la(i)
@@ -259,23 +265,25 @@ def pow_(ctx: LoweringContext, node, a, b):
     if not dtype.is_floating_point:
         return NotImplemented
     if b == 0.5:
-        return elementwise(ctx, "sqrt", [a], dtype)
-    return elementwise(ctx, "pow", [a, b], dtype)
+        return elementwise(ctx, "sqrt", [a], common)
+    return elementwise(ctx, "pow", [a, b], common)
 
 
 @register_lowering(aten.relu)
 def relu(ctx: LoweringContext, node, a):
-    return elementwise(ctx, "maximum", [a, 0], _compute_for(ctx))
+    return elementwise(ctx, "maximum", [a, 0], _common(ctx))
 
 
 @register_lowering(aten.clamp)
 def clamp(ctx: LoweringContext, node, a, min=None, max=None):
-    dtype = _compute_for(ctx)
+    common, dtype = _common(ctx), _compute_for(ctx)
+    if dtype == torch.bool:
+        return NotImplemented  # eager refuses clamp on bools
     val = ctx.meta()
     size = tuple(val.shape)
-    la = operand(a, size, dtype)
-    lo = operand(min, size, dtype) if min is not None else None
-    hi = operand(max, size, dtype) if max is not None else None
+    la = operand(a, size, common)
+    lo = operand(min, size, common) if min is not None else None
+    hi = operand(max, size, common) if max is not None else None
 
     def body(i):
         x = la(i)
@@ -292,7 +300,9 @@ def clamp(ctx: LoweringContext, node, a, min=None, max=None):
 def where(ctx: LoweringContext, node, cond, a, b):
     val = ctx.meta()
     size, dtype = tuple(val.shape), compute_dtype(val.dtype)
-    lc, la, lb = operand(cond, size, torch.bool), operand(a, size, dtype), operand(b, size, dtype)
+    lc, la, lb = (
+        operand(x, size, d) for x, d in ((cond, torch.bool), (a, val.dtype), (b, val.dtype))
+    )
     return ctx.pointwise(size, val.dtype, lambda i: Op("where", (lc(i), la(i), lb(i)), dtype))
 
 
@@ -413,10 +423,18 @@ def arange(ctx: LoweringContext, node, *args, **kwargs):
 
 
 def _scalar(value: Any, dtype: torch.dtype) -> Any:
+    """A Python scalar as a constant of `dtype`: an integer wraps into the dtype's range, as
+    eager converts it (`uint8_tensor // -3` divides by 253), and so fits the literal types
+    of both emitters; a half-precision one is rounded (`torch.full(..., 0.1, dtype=float16)`
+    holds 0.0999755859375)."""
     if dtype == torch.bool:
         return bool(value)
+    if dtype in (torch.float16, torch.bfloat16):  # a tensor's element: the rounded value
+        return torch.tensor(float(value)).to(dtype).item()
     if dtype.is_floating_point:
         return float(value)
     if isinstance(value, float) and not value.is_integer():
         raise LoweringError(f"float constant {value} in an integer op")
-    return int(value)
+    info = torch.iinfo(dtype)
+    span = info.max - info.min + 1
+    return (int(value) - info.min) % span + info.min

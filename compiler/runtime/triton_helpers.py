@@ -30,7 +30,7 @@ _UNARY = {
     "nearbyint": np.rint,
     "isinf": np.isinf,
 }
-_BINARY = {"atan2": np.arctan2, "pow": np.power, "fmod": np.fmod}
+_BINARY = {"atan2": np.arctan2, "pow": np.power, "fmod": np.fmod, "copysign": np.copysign}
 
 if INTERPRET:
     from triton.runtime.interpreter import TensorHandle
@@ -82,7 +82,7 @@ if INTERPRET:
             "isinf",
         )
     )
-    atan2, pow, fmod = (_binary(_BINARY[n]) for n in ("atan2", "pow", "fmod"))
+    atan2, pow, fmod, copysign = (_binary(_BINARY[n]) for n in ("atan2", "pow", "fmod", "copysign"))
 else:
     from triton.language.extra import libdevice
 
@@ -148,6 +148,10 @@ else:
     def fmod(x, y):
         return libdevice.fmod(x, y)
 
+    @triton.jit
+    def copysign(x, y):
+        return libdevice.copysign(x, y)
+
 
 # ---- reduction combine functions (NaN-propagating like torch) -------------------------------
 
@@ -195,4 +199,26 @@ def floordiv(a, b):
 def remainder(a, b):
     # Python's %: the result has the divisor's sign (Triton's % follows the dividend)
     r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def floordiv_float(a, b):
+    # c10's div_floor_floating: the quotient of a - fmod(a, b), which is exact, not
+    # floor(a / b) (1.0 // 0.1 is 9.0: a / b rounds up to 10.0); IEEE's a / b for b == 0
+    mod = fmod(a, b)
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    floor = tl.floor(div)
+    floor = tl.where(div - floor > 0.5, floor + 1.0, floor)
+    quotient = a / b
+    floor = tl.where(div == 0, copysign(div * 0.0, quotient), floor)
+    return tl.where(b == 0, quotient, floor)
+
+
+@triton.jit
+def remainder_float(a, b):
+    # torch's remainder: C's fmod (exact), moved to the divisor's sign; a - floor(a / b) * b
+    # loses up to a whole b where a / b rounds across an integer
+    r = fmod(a, b)
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)

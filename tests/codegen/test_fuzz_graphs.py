@@ -2,13 +2,15 @@
 
 Graphs of pointwise, reduction, view, concatenation, matmul and in-place ops over inputs of
 random shapes (size-1 and empty dims included), layouts (transposed, sliced, expanded, offset)
-and dtypes (float32, float16, bfloat16, int64, bool), with broadcasting, are traced with
-torch.fx and compiled by compile_fx: natively with the C++ emitter, and with a smaller budget
-as Triton kernels in Triton's interpreter. Each case is compared with eager (outputs, raised
-exceptions, inputs after the call) on two calls with different values, and with the loop-IR
-reference interpreter. Half-precision results may differ from eager where eager rounds after
-every op and a fused kernel does not: those are accepted when the compiled value is at least
-as close to a float64 run as eager's.
+and dtypes (float32, float16, bfloat16, int64 to int8 over their whole range, uint8, bool),
+with broadcasting and mixed dtypes, are traced with torch.fx and compiled by compile_fx:
+natively with the C++ emitter, with a smaller budget as Triton kernels in Triton's
+interpreter, and (marked gpu) with Triton on CUDA. Each case is compared with eager (outputs,
+raised exceptions, inputs after the call) on two calls with different values, and with the
+loop-IR reference interpreter. Programs that compute in half precision may differ from eager,
+which rounds after every op where a fused kernel rounds at its stores: their floating results
+are judged with the tolerance of that precision, and otherwise against the program run in
+float32 (torch's default tolerance for the output's dtype, or at least as close as eager).
 
 A fallback to eager is correct but counted: the reasons are written to
 test-output/fuzz/<test>.json with the number of cases. $FUZZ_EXAMPLES runs more cases
@@ -39,7 +41,26 @@ from tests.codegen.helpers import check
 from tests.conftest import REPO_ROOT
 from tests.fuzzing import LOW_PRECISION, InputSpec, Program, fuzz_settings, straight_line
 
-ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
+ALL_DTYPES = (
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+)
+# Triton's interpreter converts float32 to bfloat16 by truncation (a GPU rounds to nearest).
+INTERPRETED_DTYPES = tuple(d for d in ALL_DTYPES if d != torch.bfloat16)
+# torch.testing.assert_close's defaults (rtol, atol)
+_DEFAULT_TOLERANCE = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
 TOLERANCE = {
     torch.float32: 1e-4,
     torch.float64: 1e-7,
@@ -94,28 +115,45 @@ def _run(fn: Any, args: list) -> tuple[Any, BaseException | None]:
 
 
 def _reference(gm: torch.fx.GraphModule, args: list) -> Any:
-    """The graph in float64 (half-precision inputs widened), or None if that fails."""
+    """The graph in float32 (half-precision inputs widened), or None if that fails."""
     wide = [
-        a.double() if isinstance(a, torch.Tensor) and a.dtype in LOW_PRECISION else a for a in args
+        a.float() if isinstance(a, torch.Tensor) and a.dtype in LOW_PRECISION else a for a in args
     ]
     out, err = _run(gm, wide)
     return None if err is not None else out
 
 
-def _tensor_close(actual: torch.Tensor, expected: torch.Tensor, ref: Any, what: str) -> None:
+def _precision(program: Program) -> torch.dtype | None:
+    """The lowest precision a program computes in (bfloat16, float16), if any: compiled
+    kernels keep such values in float32 where eager rounds each op, so every floating
+    output of the program may differ from eager's by that precision."""
+    text = program.source() + " ".join(str(s.dtype) for s in program.inputs)
+    return next((d for d in (torch.bfloat16, torch.float16) if str(d) in text), None)
+
+
+def _tensor_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    ref: Any,
+    what: str,
+    precision: torch.dtype | None = None,
+) -> None:
     assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, eager {expected.dtype}"
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape}, eager {expected.shape}"
     if not expected.dtype.is_floating_point:
         torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}")
         return
-    tol = TOLERANCE[expected.dtype]
+    tol = max(TOLERANCE[expected.dtype], TOLERANCE[precision] if precision else 0.0)
     a, e = actual.double(), expected.double()
     ok = torch.isclose(a, e, rtol=tol, atol=tol, equal_nan=True)
-    if not ok.all() and expected.dtype in LOW_PRECISION and isinstance(ref, torch.Tensor):
-        # eager rounded each op to half precision, the kernel only its stores: accept values at
-        # least as close to the float64 result as eager's.
+    if not ok.all() and precision is not None and isinstance(ref, torch.Tensor):
+        # eager rounded each op to half precision, the kernel only its stores: accept values
+        # within torch's default tolerance of the dtype from the float32 result, or at least
+        # as close to it as eager's
         r = ref.double().expand_as(e)
+        rtol, atol = _DEFAULT_TOLERANCE[expected.dtype]
+        ok |= (a - r).abs() <= atol + rtol * r.abs()
         ok |= (a - r).abs() <= (e - r).abs() + tol * (1 + r.abs())
         ok |= torch.isnan(a) & torch.isnan(r)
     if not ok.all():
@@ -126,14 +164,16 @@ def _tensor_close(actual: torch.Tensor, expected: torch.Tensor, ref: Any, what: 
         )
 
 
-def assert_matches(actual: Any, expected: Any, ref: Any, what: str) -> None:
+def assert_matches(
+    actual: Any, expected: Any, ref: Any, what: str, precision: torch.dtype | None = None
+) -> None:
     a_flat, _ = tree_flatten(actual)
     e_flat, e_spec = tree_flatten(expected)
     r_flat = tree_flatten(ref)[0] if ref is not None else [None] * len(e_flat)
     assert len(a_flat) == len(e_flat), f"{what}: {len(a_flat)} values, eager {len(e_flat)}"
     for i, (a, e, r) in enumerate(zip(a_flat, e_flat, r_flat)):
         if isinstance(e, torch.Tensor):
-            _tensor_close(a, e, r, f"{what}[{i}]")
+            _tensor_close(a, e, r, f"{what}[{i}]", precision)
         else:
             assert a == e, f"{what}[{i}]: {a!r}, eager {e!r}"
 
@@ -174,9 +214,8 @@ def check_program(
             continue
         assert_same_error(e_err, c_err)
         if e_err is None:
-            assert_matches(
-                actual, expected, _reference(gm, prog.make_inputs(seed)), f"call {seed}: out"
-            )
+            ref = _reference(gm, prog.make_inputs(seed))
+            assert_matches(actual, expected, ref, f"call {seed}: out", _precision(prog))
         elif stats is not None:
             stats.raised += 1
         assert_matches(c_args, e_args, None, f"call {seed}: inputs after the call")
@@ -189,6 +228,7 @@ def check_program(
             stats.examples.setdefault(reason, describe(program))
     if (
         interpreter
+        and program.device == "cpu"
         and record.fallback is None
         and e_err is None
         and c_err is None
@@ -201,7 +241,8 @@ def check_program(
             flat = run_graph(graph, args)
         out_node = next(n for n in aot.gm.graph.nodes if n.op == "output")
         _, spec = tree_flatten(out_node.args[0])
-        assert_matches(spec.unflatten(flat), expected, None, "loop-IR interpreter")
+        what = "loop-IR interpreter"
+        assert_matches(spec.unflatten(flat), expected, None, what, _precision(program))
     return record
 
 
@@ -227,6 +268,7 @@ def _first_line(text: str) -> str:
 
 CPP_STATS = Stats()
 TRITON_STATS = Stats()
+CUDA_STATS = Stats()
 
 
 def describe(program: Program) -> str:
@@ -251,14 +293,29 @@ def test_fuzz_cpp(data):
 @fuzz_settings(ci_default=30)
 def test_fuzz_triton_interpreted(data, monkeypatch):
     monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
-    program = straight_line(data, dtypes=(torch.float32, torch.int64, torch.bool), max_steps=5)
+    program = straight_line(data, dtypes=INTERPRETED_DTYPES, max_steps=5)
     _check_or_explain(program, TRITON_STATS)
+
+
+@pytest.mark.gpu
+@given(data=st.data())
+@fuzz_settings(ci_default=100)
+def test_fuzz_cuda(data):
+    """Triton on CUDA; `FUZZ_EXAMPLES=2000 FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda pytest
+    --timeout=0 -m gpu tests/codegen/test_fuzz_graphs.py` for the long run."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("Triton runs interpreted here: run with CODEGEN_TEST_DEVICE=cuda")
+    _check_or_explain(straight_line(data, dtypes=ALL_DTYPES).on("cuda"), CUDA_STATS)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def write_stats():
     yield
-    for name, stats in (("codegen_cpp", CPP_STATS), ("codegen_triton", TRITON_STATS)):
+    for name, stats in (
+        ("codegen_cpp", CPP_STATS),
+        ("codegen_triton", TRITON_STATS),
+        ("codegen_cuda", CUDA_STATS),
+    ):
         if stats.cases:
             stats.dump(name)
 

@@ -20,6 +20,17 @@ CASES = [
     ),
     lambda x: (torch.cat([x, x * 2], 1), F.pad(x, (1, 1)), x.t().contiguous(), x[0] + x[:, :1]),
     lambda x: (F.layer_norm(x, (x.shape[-1],)), (x > 0).any(1), x.to(torch.float16) * 2),
+    # dtype semantics (issue 23): fmod-based float remainder and floor division, bool
+    # arithmetic, wrapping small integers, half precision kept in float32 and rounded
+    lambda x: (
+        torch.remainder(x * 10, x + 3),
+        torch.div(x, 0.1, rounding_mode="floor"),
+        (x > 0) + (x < 1),
+        (x * 100).to(torch.int8) + 100,
+        ~(x * 100).to(torch.uint8),
+        torch.sin(x.half() + 10),
+        (x * 3).bfloat16().long(),
+    ),
 ]
 
 

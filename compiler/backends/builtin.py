@@ -94,7 +94,7 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
     _, spec = tree_flatten(plain_containers(output.args[0]))
     run = returning_as_eager(lambda args: tree_flatten(graph(*args))[0], aot.outputs, spec)
-    return alias_safe(run, gm.forward, mutated_inputs(aot.gm), record)
+    return alias_safe(run, gm.forward, mutated_inputs(aot.gm), record, inputs)
 
 
 @_builtin("inductor")

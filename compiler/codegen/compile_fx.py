@@ -368,7 +368,7 @@ class _Compiled:
             if note not in self.record.notes:
                 self.record.notes.append(note)
         run = _runner(call, aot, mode, device, mutated)
-        run = alias_safe(run, self.gm.forward, mutated, self.record)
+        run = alias_safe(run, self.gm.forward, mutated, self.record, self.inputs)
         run.mutated_inputs = mutated
         return run
 

@@ -20,6 +20,10 @@ import torch.fx
 from compiler.records import GraphRecord
 
 NOTE = "a call whose inputs share memory with an input the graph writes to runs eagerly"
+OVERLAP_NOTE = (
+    "the graph writes to an input whose elements share memory (an expanded tensor): it runs "
+    "eagerly, where each write lands in the shared memory as eager's does"
+)
 
 
 def mutated_inputs(aten_gm: torch.fx.GraphModule) -> list[int]:
@@ -49,11 +53,30 @@ def shares_memory(args: Sequence[Any], mutated: Sequence[int]) -> bool:
     return any(ptrs[i] is not None and counts[ptrs[i]] > 1 for i in mutated)
 
 
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether some memory location may hold several of `t`'s elements (a stride-0 dimension
+    of an expanded tensor). Sorted by stride, each dimension must step past everything the
+    smaller ones reach; strides that interleave are answered True, which is only cautious."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1)
+    reach = 0
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 def alias_safe(
-    compiled: Callable, eager: Callable, mutated: Sequence[int], record: GraphRecord | None
+    compiled: Callable,
+    eager: Callable,
+    mutated: Sequence[int],
+    record: GraphRecord | None,
+    inputs: Sequence[Any] = (),
 ) -> Callable:
     """`compiled`, except for calls where a mutated input shares memory with another input:
-    those run `eager` (the captured graph), with a note in the record.
+    those run `eager` (the captured graph), with a note in the record. Where one of
+    `inputs` (the signature's example inputs) that the graph writes overlaps itself, every
+    call runs `eager`.
 
     `compiled` is traced for one input signature (shapes, strides, dtypes), which every call
     has. So a call whose inputs start at the addresses of the last call found safe covers the
@@ -64,6 +87,22 @@ def alias_safe(
     (~5x faster when the addresses changed, as gradients' do every step)."""
     if not mutated:
         return compiled
+    if any(
+        isinstance(inputs[i], torch.Tensor) and overlaps_itself(inputs[i])
+        for i in mutated
+        if i < len(inputs)
+    ):
+        # The functional graph computes each element of a written input on its own and
+        # copies all of them back; elements that share memory then see each other's writes
+        # in an order eager never makes (a fused kernel read an element already overwritten
+        # through another). The signature pins the strides: every call of it runs eagerly.
+        if record is not None and OVERLAP_NOTE not in record.notes:
+            record.notes.append(OVERLAP_NOTE)
+
+        def overlapping(*args: Any) -> Any:
+            return eager(*args)
+
+        return overlapping
     from compiler.runtime import tensor_guards
 
     alias_guard = tensor_guards.alias_guard_class()

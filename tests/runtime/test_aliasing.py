@@ -73,3 +73,49 @@ def test_alias_safe_runs_aliased_calls_eagerly(monkeypatch, extension, with_exte
     run(x, x[1:])
     run(x, torch.randn(4))
     assert calls == ["compiled", "eager", "compiled"]
+
+
+# ---- inputs whose elements share memory ----------------------------------------------------
+
+
+def test_overlaps_itself_answers_as_torch_where_torch_can_tell():
+    rng = random.Random(1)
+    for _ in range(300):
+        base = torch.randn(4, 5, 6)
+        t = base.expand(rng.choice([1, 3]), 4, 5, 6) if rng.random() < 0.3 else base
+        dims = list(range(t.dim()))
+        rng.shuffle(dims)
+        t = t.permute(dims)
+        if rng.random() < 0.5:
+            t = t[tuple(slice(None, None, rng.choice([1, 2])) for _ in range(t.dim()))]
+        answer = torch._debug_has_internal_overlap(t)
+        if answer != 2:  # 2: torch cannot tell
+            assert aliasing.overlaps_itself(t) == bool(answer), (t.shape, t.stride())
+
+
+def _writes_one_row_of_an_expanded_input(a, w):
+    before = torch.nn.functional.gelu(a)
+    a[0].fill_(0.5)
+    return before, torch.nn.functional.linear(a, w), a
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_a_written_input_that_overlaps_itself_runs_as_eager(backend):
+    """A fused kernel read an element of the expanded input after writing the same memory
+    through another element (a silent wrong result); aot_eager's write-back raised an
+    internal overlap error that eager does not raise."""
+    import compiler
+
+    compiler.reset()
+    compiled = compiler.compile(_writes_one_row_of_an_expanded_input, backend=backend)
+
+    def fresh():
+        g = torch.Generator().manual_seed(3)
+        return torch.randn(1, 3, 7, generator=g).expand(8, 3, 7), torch.randn(4, 7, generator=g)
+
+    for _ in range(2):
+        expected, got = _writes_one_row_of_an_expanded_input(*fresh()), compiled(*fresh())
+        for e, o in zip(expected, got):
+            torch.testing.assert_close(o, e)
+    notes = compiler.inspect(compiled).graphs[0].notes
+    assert aliasing.OVERLAP_NOTE in notes

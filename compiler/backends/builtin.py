@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler.backends.registry import _builtin, current_options
 from compiler.records import current_graph
+from compiler.runtime.eager import forward_at_user_lines
 from compiler.runtime.lazy_graphs import graph_code, runnable
 
 
@@ -47,8 +48,9 @@ def _static_graphs(
 @_builtin("eager")
 def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """Run the captured FX graph with torch ops: no code generation (a dynamic graph runs
-    as it is, for every size; an opaque call runs as the Python call it is)."""
-    return gm.forward
+    as it is, for every size; an opaque call runs as the Python call it is). An op's error
+    is raised from the user's line, as eager raises it."""
+    return forward_at_user_lines(gm, gm.forward)
 
 
 @_builtin("aot_eager")
@@ -89,7 +91,13 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
             record.aot_graphs["forward"] = graph_code(aot.gm)
     else:
         aot = trace_forward(gm, inputs)
-    return alias_safe(runnable(aot.gm), gm.forward, mutated_inputs(aot.gm), record)
+    lines = {
+        a: aot.source_lines[o[-1]]
+        for a, o in aot.origins.items()
+        if o and o[-1] in aot.source_lines
+    }
+    forward = forward_at_user_lines(aot.gm, runnable(aot.gm), lines)
+    return alias_safe(forward, gm.forward, mutated_inputs(aot.gm), record)
 
 
 @_builtin("inductor")

@@ -123,6 +123,9 @@ class Emitter:
                 return f"({inner},)" if len(v.items) == 1 else f"({inner})"
             if v.cls is torch.Size:
                 return f"{self.ref(torch.Size, 'cls')}([{inner}])"
+            if not hasattr(v.cls, "_fields"):
+                # a structseq (torch.return_types.max) takes one sequence, a namedtuple fields
+                return f"{self.ref(v.cls, 'cls')}(({inner},))"
             return f"{self.ref(v.cls, 'cls')}({inner})"
         if isinstance(v, DictVar):
             inner = ", ".join(

@@ -1,0 +1,120 @@
+"""Checks eager makes on an op's inputs that fake tensors skip.
+
+Fake kernels compute the output's metadata and check most of what eager checks (shapes,
+dtypes, devices), but a few checks live only in eager's own kernels. Traced without them,
+the compiled code computes something where eager raises: `base.expand(3, 4).add_(1)` wrote 3
+into every element of `base`, and `torch.zeros(0).max()` returned -inf. Each check below
+reads only sizes and strides (the guards pin both) and raises `EagerRaises`; the tracer then
+breaks the graph at the op, which runs for real and raises eager's own error at the user's
+line. A check that is wrong in the cautious direction costs a graph break, never a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+class EagerRaises(RuntimeError):
+    """Eager raises for these inputs where the fake kernel computed a result."""
+
+
+# ---- in-place writes into overlapping elements -------------------------------------------
+
+# In-place ops whose eager kernels allow a destination whose elements share memory: they
+# change only metadata, or write one value everywhere (fill), or only warn (index_put_,
+# masked_fill_, index_fill_ on expanded tensors: "deprecated", still allowed).
+_OVERLAP_ALLOWED = {
+    "fill_", "zero_", "index_fill_", "masked_fill_", "index_put_", "_index_put_impl_",
+    "set_", "resize_", "resize_as_", "as_strided_", "detach_", "squeeze_", "unsqueeze_",
+    "transpose_", "t_", "swapdims_", "swapaxes_", "_coalesced_", "requires_grad_",
+}  # fmt: skip
+
+_written: dict[torch._ops.OpOverload, tuple[int, ...]] = {}
+
+
+def _written_args(func: torch._ops.OpOverload) -> tuple[int, ...]:
+    """Positions of the schema arguments `func` writes into (its in-place self, its out=)."""
+    found = _written.get(func)
+    if found is None:
+        if func._schema.name.split("::")[-1] in _OVERLAP_ALLOWED:
+            found = ()
+        else:
+            found = tuple(
+                i
+                for i, a in enumerate(func._schema.arguments)
+                if a.alias_info is not None and a.alias_info.is_write
+            )
+        _written[func] = found
+    return found
+
+
+def _has_internal_overlap(t: torch.Tensor) -> bool:
+    """What eager's `has_internal_overlap` answers Yes for: a dimension of more than one
+    element with stride 0 (an expanded view). Overlaps it calls TooHard pass in eager too."""
+    return any(st == 0 and sz > 1 for sz, st in zip(t.shape, t.stride()))
+
+
+def _check_written(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    positions = _written_args(func)
+    if not positions:
+        return
+    names = [a.name for a in func._schema.arguments]
+    for i in positions:
+        t = args[i] if i < len(args) else kwargs.get(names[i])
+        if isinstance(t, torch.Tensor) and _has_internal_overlap(t):
+            raise EagerRaises(
+                f"{func}: more than one element of the written-to tensor refers to a single "
+                "memory location (an expanded view)"
+            )
+
+
+# ---- reductions without an identity over empty dimensions ---------------------------------
+
+
+def _dims(t: torch.Tensor, dim: Any) -> list[int]:
+    if dim is None:
+        return list(range(t.dim()))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return [d % max(t.dim(), 1) for d in dims] if dims else list(range(t.dim()))
+
+
+def _empty_over(t: torch.Tensor, dim: Any) -> bool:
+    if t.dim() == 0:
+        return False
+    if dim is None:
+        return t.numel() == 0
+    return any(t.shape[d] == 0 for d in _dims(t, dim))
+
+
+def _no_identity(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    t = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if isinstance(t, torch.Tensor) and _empty_over(t, dim):
+        raise EagerRaises(f"{func}: a reduction without identity over an empty dimension")
+
+
+# Reductions whose fake kernels return a result for an empty reduced dimension where eager
+# raises (found by comparing both on zero-size inputs; the others' fake kernels raise too).
+_CHECKS: dict[torch._ops.OpOverload, Callable[[Any, Sequence, Mapping], None]] = {
+    aten.max.default: _no_identity,
+    aten.min.default: _no_identity,
+    aten.max.dim: _no_identity,
+    aten.min.dim: _no_identity,
+    aten.median.dim: _no_identity,
+    aten.nanmedian.dim: _no_identity,
+    aten.mode.default: _no_identity,
+}
+
+
+def check_inputs(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    """Raise EagerRaises where eager's kernel for `func` would raise on these inputs'
+    metadata and the fake kernel does not."""
+    _check_written(func, args, kwargs)
+    check = _CHECKS.get(func)
+    if check is not None:
+        check(func, args, kwargs)

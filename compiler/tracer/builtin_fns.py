@@ -50,11 +50,34 @@ from compiler.tracer.wrap import wrap_unguarded
 if TYPE_CHECKING:
     from compiler.tracer.translator import Tracer
 
+try:
+    import numpy
+except ImportError:  # torch runs without numpy; then nothing is a numpy function
+    numpy = None
+
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _PURE_BUILTINS = {
     abs, all, any, bool, chr, divmod, float, hash, int, len, max, min, ord, pow, repr, round,
     sorted, str, sum, format, hex, oct, bin,
 }  # fmt: skip
+
+
+_SCALARS = (bool, int, float, complex)
+
+
+def folds_numpy_scalars(fn: Any, args: list[Var], kwargs: dict[str, Var]) -> bool:
+    """A numpy ufunc (`np.sqrt`) or scalar type (`np.float32`) called on Python or numpy
+    scalars: pure, so computed now, its result a constant of the graph (an attention
+    scale `/ np.sqrt(d)`), as torch.compile folds it. Arrays are not folded: their
+    contents may change between calls."""
+    if numpy is None or not (
+        isinstance(fn, numpy.ufunc) or (isinstance(fn, type) and issubclass(fn, numpy.generic))
+    ):
+        return False
+    values = [*args, *kwargs.values()]
+    return all(
+        isinstance(v, ConstVar) and isinstance(v.value, (*_SCALARS, numpy.generic)) for v in values
+    )
 
 
 def is_pure_builtin(fn: Any) -> bool:

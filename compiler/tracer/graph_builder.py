@@ -11,6 +11,11 @@ from typing import Any
 
 import torch
 import torch.fx
+
+try:
+    import numpy
+except ImportError:  # torch runs without numpy; then no value is a numpy scalar
+    numpy = None
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -140,6 +145,15 @@ class GraphBuilder:
 
     def _size_node(self, op: Any, args: tuple, value: Any) -> torch.fx.Node:
         node = self.graph.call_function(op, args)
+        self.annotate(node, value)
+        return node
+
+    def numpy_scalar(self, value: Any) -> torch.fx.Node:
+        """A numpy scalar computed while tracing (`np.sqrt(2.0)`, `np.float32(3)`), as a node
+        that makes it from its Python value. FX would write its repr, `np.float64(1.41)`, into
+        the graph's code, where `np` is no name (NameError); a Python float instead would
+        change what torch infers from it (`torch.tensor(np.float64(1.5))` is float64)."""
+        node = self.graph.call_function(type(value), (value.item(),))
         self.annotate(node, value)
         return node
 
@@ -305,6 +319,8 @@ def _convert_one(b: GraphBuilder, v: Var) -> tuple[Any, Any]:
     if isinstance(v, ConstVar):
         if is_symbolic(v.value):
             return b.graph_arg(v.value), v.value
+        if numpy is not None and isinstance(v.value, numpy.generic):
+            return b.numpy_scalar(v.value), v.value
         return v.value, v.value
     if isinstance(v, (TupleVar, ListVar)):
         fx, fake = _convert(b, v.items)

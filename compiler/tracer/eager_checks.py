@@ -98,8 +98,36 @@ def _no_identity(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -
         raise EagerRaises(f"{func}: a reduction without identity over an empty dimension")
 
 
+# ---- other input checks of eager kernels that the fake kernels lack -----------------------
+
+
+def _index_add(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    """index_add's source is shaped as self, but for `index.numel()` along dim (the fake
+    kernel, a decomposition, broadcasts a source of another shape instead)."""
+    names = [a.name for a in func._schema.arguments]
+    given = dict(zip(names, args)) | dict(kwargs)
+    self, dim, index, source = (given.get(n) for n in ("self", "dim", "index", "source"))
+    if not all(isinstance(t, torch.Tensor) for t in (self, index, source)):
+        return
+    if self.dim() == 0 and source.dim() == 0:
+        return
+    d = dim % max(self.dim(), 1)
+    expected = list(self.shape)
+    if expected:
+        expected[d] = index.numel()
+    if list(source.shape) != expected and not (self.dim() <= 1 and source.numel() == index.numel()):
+        raise EagerRaises(f"{func}: source of shape {list(source.shape)}, expected {expected}")
+
+
+def _long_out(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    out = kwargs.get("out")
+    if isinstance(out, torch.Tensor) and out.dtype != torch.long:
+        raise EagerRaises(f"{func}: an out= tensor of dtype {out.dtype}, eager wants int64")
+
+
 # Reductions whose fake kernels return a result for an empty reduced dimension where eager
-# raises (found by comparing both on zero-size inputs; the others' fake kernels raise too).
+# raises (found by comparing both on zero-size inputs; the others' fake kernels raise too),
+# and the ops the OpInfo error inputs found (tests/codegen/test_opinfo_error_inputs.py).
 _CHECKS: dict[torch._ops.OpOverload, Callable[[Any, Sequence, Mapping], None]] = {
     aten.max.default: _no_identity,
     aten.min.default: _no_identity,
@@ -108,6 +136,10 @@ _CHECKS: dict[torch._ops.OpOverload, Callable[[Any, Sequence, Mapping], None]] =
     aten.median.dim: _no_identity,
     aten.nanmedian.dim: _no_identity,
     aten.mode.default: _no_identity,
+    aten.index_add.default: _index_add,
+    aten.index_add_.default: _index_add,
+    aten.index_add.out: _index_add,
+    aten.multinomial.out: _long_out,
 }
 
 

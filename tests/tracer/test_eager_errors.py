@@ -72,6 +72,15 @@ def _shapes(x, y):
     return x + y
 
 
+def _index_add(x, i, src):
+    return x.index_add(0, i, src) * 2
+
+
+def _multinomial_out(p, out):
+    torch.multinomial(p, 2, out=out)
+    return out
+
+
 # (name, function, argument factories): each raises in eager.
 CASES = [
     ("overlap_add", _overlap_add, lambda: [torch.zeros(4)]),
@@ -87,6 +96,8 @@ CASES = [
     ("gather", _gather_out_of_range, lambda: [torch.randn(4), torch.tensor([-9])]),
     ("int_add_float", _int_add_float, lambda: [torch.arange(4)]),
     ("shapes", _shapes, lambda: [torch.randn(4), torch.randn(3)]),
+    ("index_add", _index_add, lambda: [torch.randn(3, 2), torch.tensor([0, 2]), torch.randn(2)]),
+    ("multinomial_out", _multinomial_out, lambda: [torch.rand(3), torch.zeros(2).double()]),
 ]
 
 
@@ -126,9 +137,17 @@ def _max_of_nonempty_dim(x):
     return x.max(1).values + x.amax(1)
 
 
+def _index_add_rows(x, i, src):
+    return x.index_add(0, i, src) * 2 + torch.zeros(5).index_add(0, i, src[:, 0]).unsqueeze(1)
+
+
 @pytest.mark.parametrize(
     "fn,make",
-    [(_fill_expanded, lambda: torch.randn(4)), (_max_of_nonempty_dim, lambda: torch.randn(0, 3))],
+    [
+        (_fill_expanded, lambda: [torch.randn(4)]),
+        (_max_of_nonempty_dim, lambda: [torch.randn(0, 3)]),
+        (_index_add_rows, lambda: [torch.randn(5, 2), torch.tensor([0, 4]), torch.randn(2, 2)]),
+    ],
 )
 def test_allowed_cases_stay_one_graph(fn, make):
     graphs = []
@@ -137,6 +156,7 @@ def test_allowed_cases_stay_one_graph(fn, make):
         graphs.append(gm)
         return gm.forward
 
-    x = make()
-    torch.testing.assert_close(compiler.compile(fn, backend=backend)(x.clone()), fn(x.clone()))
+    args = make()
+    expected = fn(*[a.clone() for a in args])
+    torch.testing.assert_close(compiler.compile(fn, backend=backend)(*args), expected)
     assert len(graphs) == 1

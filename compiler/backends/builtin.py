@@ -34,6 +34,31 @@ def _static_graphs(
     opaque calls (compiler.allow_in_graph) run between compiled parts (opaque.py)."""
     from compiler.backends.opaque import has_opaque, split_at_opaque
     from compiler.backends.per_size import PerSize, is_dynamic
+    from compiler.backends.scalars import (
+        float_placeholders,
+        floats_as_tensors,
+        scalar_device,
+        tensor_args,
+    )
+
+    floats = float_placeholders(gm)
+    if floats:
+        converted, why = floats_as_tensors(gm)
+        if converted is not None:
+            _note(
+                f"{what}: float inputs are 0-d tensors, read at each call (no value is compiled in)"
+            )
+            device = scalar_device(example_inputs)
+            inner = _static_graphs(
+                converted, tensor_args(example_inputs, floats, device), compile_static, what
+            )
+            return lambda *args: inner(*tensor_args(args, floats, device))
+        # Specialised per value, every new value would generate code again, without the
+        # bound the tracer's cache_size_limit puts on recompiles: the graph runs as captured.
+        _note(
+            f"the graph runs as captured, with no {what}: a float input changes per call and {why}"
+        )
+        return forward_at_user_lines(gm, gm.forward)
 
     def one(g: torch.fx.GraphModule, inputs: list) -> Callable:
         if has_opaque(g):

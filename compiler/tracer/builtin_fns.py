@@ -123,6 +123,10 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         if fn is len and args:
             return _len(tx, args[0])
         raise Break(f"{getattr(fn, '__name__', fn)} of non-constant values is not traced") from None
+    if fn in (int, float) and len(a) == 1 and not k and isinstance(a[0], torch.SymFloat):
+        # int() or float() of a symbolic float (a `.item()` handed on by a break) stays
+        # symbolic: they would specialise the trace on its value, recompiling for each one
+        return ConstVar(torch.sym_int(a[0]) if fn is int else a[0])
     try:
         return wrap_unguarded(fn(*a, **k))
     except Exception as e:

@@ -65,10 +65,10 @@ logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietMetaErrors())
 @dataclass(eq=False)
 class SizeInput:
     """A graph input holding a symbolic size (compiler/tracer/shapes.py), read from its
-    tensor when the entry runs."""
+    tensor when the entry runs; or a symbolic int or float read from the frame."""
 
     node: torch.fx.Node
-    fake: torch.SymInt
+    fake: torch.SymInt | torch.SymFloat
     source: str  # e.g. "L['x'].size(0)"
 
 

@@ -44,6 +44,9 @@ class ObjVar(Var):
 
     value: Any
     source: str | None = None
+    # A value whose contents the trace must not read as constants (a numpy array handed on
+    # by a graph break, made anew at each call): guarded by type only, never folded.
+    opaque: bool = False
 
     def __repr__(self) -> str:
         return f"ObjVar({type(self.value).__name__})"
@@ -225,7 +228,7 @@ def as_python_constant(v: Var) -> Any:
         return slice(
             as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step)
         )
-    if isinstance(v, ObjVar):
+    if isinstance(v, ObjVar) and not v.opaque:
         return v.value
     raise TypeError(f"{type(v).__name__} is not a constant")
 

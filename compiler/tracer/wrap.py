@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple
+from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
     ConstVar,
@@ -49,7 +49,14 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             return ObjVar(value, source)
         return tx.builder.add_input(value, source)
     if isinstance(value, CONSTANT_TYPES):
-        symbolic = tx.builder.shapes.int_input(value, source, line) if type(value) is int else None
+        shapes = tx.builder.shapes
+        symbolic = (
+            shapes.int_input(value, source, line)
+            if type(value) is int
+            else shapes.float_input(float(value), source, line)
+            if isinstance(value, float)  # a numpy float64 too
+            else None
+        )
         if symbolic is not None:
             guards.type_of(source, value, line)
             return ConstVar(symbolic, source)
@@ -106,6 +113,21 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             line,
         )
         return GradExitVar(value.restore)
+    if numpy is not None and type(value) is numpy.ndarray:
+        # made at run time more often than not (`np.arange(3.0)` before a break): an
+        # identity guard failed at every call. The trace never reads its contents
+        # (opaque), so its type is all it relies on.
+        guards.type_of(source, value, line)
+        return ObjVar(value, source, opaque=True)
+    if (
+        numpy is not None
+        and isinstance(value, types.BuiltinMethodType)
+        and type(value.__self__) is numpy.ndarray
+    ):
+        # `a.sum` loaded before the call that breaks: the method of such an array
+        guards.type_of(f"{source}.__self__", value.__self__, line)
+        guards.constant(f"{source}.__name__", value.__name__, line)
+        return ObjVar(value, source, opaque=True)
     if isinstance(
         value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)
     ) or callable(value):

@@ -45,6 +45,13 @@ _IMPURE_FUNCTIONS = {
     operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
     operator.ilshift, operator.irshift,
 }  # fmt: skip
+# The same as methods, called by name (`x.__setitem__(i, v)`): returning None, they were
+# dropped from the graph, and the write with them.
+_IMPURE_METHODS = {
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+    "__imod__", "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__",
+    "__irshift__",
+}  # fmt: skip
 
 
 _running_fake = contextvars.ContextVar("running_fake", default=False)
@@ -368,7 +375,7 @@ def _constant_result(value: Any) -> Var:
 
 def _is_impure(kind: str, target: Any, kwargs: dict) -> bool:
     if kind == "call_method":
-        return target.endswith("_") and not target.endswith("__")
+        return (target.endswith("_") and not target.endswith("__")) or target in _IMPURE_METHODS
     if target in _IMPURE_FUNCTIONS:
         return True
     name = getattr(target, "__name__", "")

@@ -160,3 +160,23 @@ def test_allowed_cases_stay_one_graph(fn, make):
     expected = fn(*[a.clone() for a in args])
     torch.testing.assert_close(compiler.compile(fn, backend=backend)(*args), expected)
     assert len(graphs) == 1
+
+
+def _dunder_writes(x, i, y):
+    x.__setitem__(i, 3.0)  # returns None: was dropped from the graph with its write
+    y.__iadd__(x)
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_writes_through_dunder_methods_happen(backend):
+    compiled = compiler.compile(_dunder_writes, backend=backend)
+    for index in ([2], [0, 3]):
+        args = [torch.zeros(4), torch.tensor(index), torch.ones(4)]
+        copies = [a.clone() for a in args]
+        torch.testing.assert_close(compiled(*copies), _dunder_writes(*args))
+        for e, c in zip(args, copies):
+            torch.testing.assert_close(c, e)
+    e_type, e_msg, _ = _outcome(_dunder_writes, [torch.zeros(4), torch.tensor([-9]), torch.ones(4)])
+    c_type, c_msg, _ = _outcome(compiled, [torch.zeros(4), torch.tensor([-9]), torch.ones(4)])
+    assert (c_type, c_msg) == (e_type, e_msg)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.utils._pytree import tree_leaves
 
 aten = torch.ops.aten
 
@@ -59,17 +61,51 @@ def _has_internal_overlap(t: torch.Tensor) -> bool:
     return any(st == 0 and sz > 1 for sz, st in zip(t.shape, t.stride()))
 
 
+def _byte_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """[begin, end) of a dense tensor's bytes in its storage; None where eager's overlap
+    check says TooHard (not dense, symbolic)."""
+    values = [t.storage_offset(), *t.shape, *t.stride()]
+    if not all(type(v) is int for v in values) or t.numel() == 0:
+        return None
+    if not is_non_overlapping_and_dense_or_false(t):
+        return None
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    begin = t.storage_offset() * t.element_size()
+    return begin, begin + extent * t.element_size()
+
+
+def _partial_overlap(out: torch.Tensor, t: torch.Tensor) -> bool:
+    """What eager's assert_no_partial_overlap raises for: an input sharing some, but not
+    all, of the written tensor's memory (`x[1:].add_(x[:-1])`)."""
+    if t is out or out.untyped_storage()._cdata != t.untyped_storage()._cdata:
+        return False
+    a, b = _byte_range(out), _byte_range(t)
+    if a is None or b is None:
+        return False
+    if a == b:
+        return tuple(out.stride()) != tuple(t.stride())
+    return a[0] < b[1] and b[0] < a[1]
+
+
 def _check_written(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
     positions = _written_args(func)
     if not positions:
         return
     names = [a.name for a in func._schema.arguments]
-    for i in positions:
-        t = args[i] if i < len(args) else kwargs.get(names[i])
-        if isinstance(t, torch.Tensor) and _has_internal_overlap(t):
+    written = [args[i] if i < len(args) else kwargs.get(names[i]) for i in positions]
+    written = [t for t in written if isinstance(t, torch.Tensor)]
+    for t in written:
+        if _has_internal_overlap(t):
             raise EagerRaises(
                 f"{func}: more than one element of the written-to tensor refers to a single "
                 "memory location (an expanded view)"
+            )
+    inputs = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    for out in written:
+        if any(_partial_overlap(out, t) for t in inputs if t is not out):
+            raise EagerRaises(
+                f"{func}: some elements of an input and of the written-to tensor refer to a "
+                "single memory location"
             )
 
 

@@ -31,6 +31,21 @@ def _overlap_out(x):
     return x
 
 
+def _partial_overlap(x):
+    x[1:].add_(x[:-1])  # eager would read elements this op already wrote
+    return x
+
+
+def _partial_overlap_out(x):
+    torch.sin(x[:-1], out=x[1:])
+    return x
+
+
+def _aliased_inputs(a, b):
+    a.mul_(b)
+    return a
+
+
 def _empty_max(x):
     return x.sin().max()
 
@@ -86,6 +101,9 @@ CASES = [
     ("overlap_add", _overlap_add, lambda: [torch.zeros(4)]),
     ("overlap_input", _overlap_input, lambda: [torch.ones(4).expand(3, 4)]),
     ("overlap_out", _overlap_out, lambda: [torch.ones(4)]),
+    ("partial_overlap", _partial_overlap, lambda: [torch.arange(4.0)]),
+    ("partial_overlap_out", _partial_overlap_out, lambda: [torch.arange(4.0)]),
+    ("aliased_inputs", _aliased_inputs, lambda: (lambda x: [x[1:], x[:-1]])(torch.arange(4.0))),
     ("empty_max", _empty_max, lambda: [torch.zeros(0)]),
     ("empty_min_dim", _empty_min_dim, lambda: [torch.zeros(0, 3)]),
     ("empty_median_dim", _empty_median_dim, lambda: [torch.zeros(0, 3)]),
@@ -127,6 +145,12 @@ def test_raises_as_eager(name, fn, make, backend):
             torch.testing.assert_close(c, e)  # nothing written that eager did not write
 
 
+def _same_memory_in_place(x):
+    x.add_(x)  # the input is the written tensor itself: allowed
+    x[1:].mul_(x[1:].clone())
+    return x
+
+
 def _fill_expanded(x):
     y = x + 1
     y.expand(3, 4).fill_(2.0)  # eager allows a single value written everywhere
@@ -145,6 +169,7 @@ def _index_add_rows(x, i, src):
     "fn,make",
     [
         (_fill_expanded, lambda: [torch.randn(4)]),
+        (_same_memory_in_place, lambda: [torch.randn(4)]),
         (_max_of_nonempty_dim, lambda: [torch.randn(0, 3)]),
         (_index_add_rows, lambda: [torch.randn(5, 2), torch.tensor([0, 4]), torch.randn(2, 2)]),
     ],

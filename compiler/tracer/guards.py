@@ -167,13 +167,13 @@ class GuardSet:
             line,
         )
 
-    def type_of(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
+    def type_of(self, source: str, obj: Any, line: SourceLine | None = None, why: str = "") -> None:
         ref = self._ref(type(obj), "type")
         self.add(
             "TYPE_MATCH",
             source,
             f"type({source}) is {ref}",
-            f"{source} is a {type(obj).__name__}",
+            f"{source} is a {type(obj).__name__}{f' ({why})' if why else ''}",
             line,
         )
 

@@ -58,7 +58,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             else None
         )
         if symbolic is not None:
-            guards.type_of(source, value, line)
+            guards.type_of(source, value, line, "its value is an input of the graph")
             return ConstVar(symbolic, source)
         guards.constant(source, value, line)
         return ConstVar(value, source)
@@ -117,7 +117,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         # made at run time more often than not (`np.arange(3.0)` before a break): an
         # identity guard failed at every call. The trace never reads its contents
         # (opaque), so its type is all it relies on.
-        guards.type_of(source, value, line)
+        guards.type_of(source, value, line, "only its type: its contents are never read")
         return ObjVar(value, source, opaque=True)
     if (
         numpy is not None
@@ -125,7 +125,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         and type(value.__self__) is numpy.ndarray
     ):
         # `a.sum` loaded before the call that breaks: the method of such an array
-        guards.type_of(f"{source}.__self__", value.__self__, line)
+        guards.type_of(f"{source}.__self__", value.__self__, line, "a method of an array")
         guards.constant(f"{source}.__name__", value.__name__, line)
         return ObjVar(value, source, opaque=True)
     if isinstance(

@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler.backends.registry import _builtin, current_options
 from compiler.records import current_graph
+from compiler.runtime.eager import forward_at_user_lines
 from compiler.runtime.lazy_graphs import graph_code, runnable
 
 
@@ -33,6 +34,31 @@ def _static_graphs(
     opaque calls (compiler.allow_in_graph) run between compiled parts (opaque.py)."""
     from compiler.backends.opaque import has_opaque, split_at_opaque
     from compiler.backends.per_size import PerSize, is_dynamic
+    from compiler.backends.scalars import (
+        float_placeholders,
+        floats_as_tensors,
+        scalar_device,
+        tensor_args,
+    )
+
+    floats = float_placeholders(gm)
+    if floats:
+        converted, why = floats_as_tensors(gm)
+        if converted is not None:
+            _note(
+                f"{what}: float inputs are 0-d tensors, read at each call (no value is compiled in)"
+            )
+            device = scalar_device(example_inputs)
+            inner = _static_graphs(
+                converted, tensor_args(example_inputs, floats, device), compile_static, what
+            )
+            return lambda *args: inner(*tensor_args(args, floats, device))
+        # Specialised per value, every new value would generate code again, without the
+        # bound the tracer's cache_size_limit puts on recompiles: the graph runs as captured.
+        _note(
+            f"the graph runs as captured, with no {what}: a float input changes per call and {why}"
+        )
+        return forward_at_user_lines(gm, gm.forward)
 
     def one(g: torch.fx.GraphModule, inputs: list) -> Callable:
         if has_opaque(g):
@@ -47,8 +73,9 @@ def _static_graphs(
 @_builtin("eager")
 def eager(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """Run the captured FX graph with torch ops: no code generation (a dynamic graph runs
-    as it is, for every size; an opaque call runs as the Python call it is)."""
-    return gm.forward
+    as it is, for every size; an opaque call runs as the Python call it is). An op's error
+    is raised from the user's line, as eager raises it."""
+    return forward_at_user_lines(gm, gm.forward)
 
 
 @_builtin("aot_eager")
@@ -90,10 +117,15 @@ def _aot_forward(gm: torch.fx.GraphModule, inputs: list) -> Callable:
             record.aot_graphs["forward"] = graph_code(aot.gm)
     else:
         aot = trace_forward(gm, inputs)
-    graph = runnable(aot.gm)
+    lines = {
+        a: aot.source_lines[o[-1]]
+        for a, o in aot.origins.items()
+        if o and o[-1] in aot.source_lines
+    }
+    forward = forward_at_user_lines(aot.gm, runnable(aot.gm), lines)
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
     _, spec = tree_flatten(plain_containers(output.args[0]))
-    run = returning_as_eager(lambda args: tree_flatten(graph(*args))[0], aot.outputs, spec)
+    run = returning_as_eager(lambda args: tree_flatten(forward(*args))[0], aot.outputs, spec)
     return alias_safe(run, gm.forward, mutated_inputs(aot.gm), record, inputs)
 
 

@@ -8,7 +8,7 @@ line of user code the failing op came from, not at the generated `forward` of th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,3 +57,50 @@ def raise_at(exc: BaseException, line: SourceLine) -> None:
     code = compile("\n" * (line.lineno - 1) + "raise ___exc", line.filename, "exec")
     code = code.replace(co_name=line.function or "<graph>")
     exec(code, {"___exc": exc})
+
+
+def forward_at_user_lines(
+    gm: torch.fx.GraphModule,
+    forward: Callable[..., Any],
+    lines: Mapping[str, SourceLine] | None = None,
+) -> Callable[..., Any]:
+    """`forward` (gm's, compiled), with an op's error raised from its user line: the frame of
+    the graph's generated code is mapped back to the node that raised (fx's line map), so a
+    graph run as it is (the eager backend) fails as eager does, without running an op twice.
+    `lines`: node name -> user line, where the nodes do not carry theirs (an aten graph)."""
+    code = forward.__code__
+
+    def run(*args: Any) -> Any:
+        try:
+            return forward(*args)
+        except Exception as exc:
+            line = _failing_line(gm, code, exc, lines)
+            if line is None:
+                raise
+            raise_at(exc.with_traceback(None), line)
+            raise  # not reached: raise_at raises
+
+    return run
+
+
+def _failing_line(
+    gm: torch.fx.GraphModule,
+    code: Any,
+    exc: BaseException,
+    lines: Mapping[str, SourceLine] | None,
+) -> SourceLine | None:
+    tb = exc.__traceback__
+    lineno = None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    lineno_map = getattr(gm, "_lineno_map", None)
+    if lineno is None or not lineno_map:
+        return None
+    index = lineno_map.get(lineno - getattr(gm, "_prologue_start", 0))
+    if index is None:
+        return None
+    node = list(gm.graph.nodes)[index]
+    line = node.meta.get("source_line") if lines is None else lines.get(node.name)
+    return line if isinstance(line, SourceLine) and line.lineno > 0 else None

@@ -50,11 +50,34 @@ from compiler.tracer.wrap import wrap_unguarded
 if TYPE_CHECKING:
     from compiler.tracer.translator import Tracer
 
+try:
+    import numpy
+except ImportError:  # torch runs without numpy; then nothing is a numpy function
+    numpy = None
+
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _PURE_BUILTINS = {
     abs, all, any, bool, chr, divmod, float, hash, int, len, max, min, ord, pow, repr, round,
     sorted, str, sum, format, hex, oct, bin,
 }  # fmt: skip
+
+
+_SCALARS = (bool, int, float, complex)
+
+
+def folds_numpy_scalars(fn: Any, args: list[Var], kwargs: dict[str, Var]) -> bool:
+    """A numpy ufunc (`np.sqrt`) or scalar type (`np.float32`) called on Python or numpy
+    scalars: pure, so computed now, its result a constant of the graph (an attention
+    scale `/ np.sqrt(d)`), as torch.compile folds it. Arrays are not folded: their
+    contents may change between calls."""
+    if numpy is None or not (
+        isinstance(fn, numpy.ufunc) or (isinstance(fn, type) and issubclass(fn, numpy.generic))
+    ):
+        return False
+    values = [*args, *kwargs.values()]
+    return all(
+        isinstance(v, ConstVar) and isinstance(v.value, (*_SCALARS, numpy.generic)) for v in values
+    )
 
 
 def is_pure_builtin(fn: Any) -> bool:
@@ -100,6 +123,10 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         if fn is len and args:
             return _len(tx, args[0])
         raise Break(f"{getattr(fn, '__name__', fn)} of non-constant values is not traced") from None
+    if fn in (int, float) and len(a) == 1 and not k and isinstance(a[0], torch.SymFloat):
+        # int() or float() of a symbolic float (a `.item()` handed on by a break) stays
+        # symbolic: they would specialise the trace on its value, recompiling for each one
+        return ConstVar(torch.sym_int(a[0]) if fn is int else a[0])
     try:
         return wrap_unguarded(fn(*a, **k))
     except Exception as e:

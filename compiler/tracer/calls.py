@@ -228,7 +228,7 @@ def _call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]
         special = None
     if special is not None:
         return special(tx, args, kwargs)
-    if builtin_fns.is_pure_builtin(value):
+    if builtin_fns.is_pure_builtin(value) or builtin_fns.folds_numpy_scalars(value, args, kwargs):
         return builtin_fns.fold(tx, value, args, kwargs)
     if isinstance(value, type):
         return construct.construct_object(tx, fn, args, kwargs)

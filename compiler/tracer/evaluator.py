@@ -643,6 +643,8 @@ def _graph_lines(gm: torch.fx.GraphModule) -> list[SourceLine]:
 
 def _describe_input(inp: TensorVar | SizeInput) -> str:
     if isinstance(inp, SizeInput):
+        if isinstance(inp.fake, torch.SymFloat):
+            return f"{inp.source}: float, the symbol {inp.node.name}"
         return f"{inp.source}: int, the symbolic size {inp.node.name}"
     return _describe_tensor(inp.source, inp.fake)
 

@@ -1,4 +1,5 @@
-"""The tracer's FakeTensorMode: torch's, with a direct fake kernel for batch norm.
+"""The tracer's FakeTensorMode: torch's, with the checks eager makes that fake kernels skip
+(eager_checks.py), and a direct fake kernel for batch norm.
 
 Under FakeTensorMode, aten.native_batch_norm runs torch's Python decomposition (about twenty
 fake ops), and the fake dispatch cache misses on every new channel count: a densenet121
@@ -16,6 +17,8 @@ import torch
 from torch._prims_common import make_channels_last_strides_for, make_contiguous_strides_for
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from compiler.tracer.eager_checks import check_inputs
+
 aten = torch.ops.aten
 
 
@@ -27,6 +30,7 @@ class TracerFakeMode(FakeTensorMode):
         args: Sequence[object] = (),
         kwargs: Mapping[str, object] | None = None,
     ) -> object:
+        check_inputs(func, args, kwargs or {})
         if func is aten.native_batch_norm.default and not kwargs:
             out = self._batch_norm(types, *args)
             if out is not None:

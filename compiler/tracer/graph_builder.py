@@ -12,6 +12,11 @@ from typing import Any
 
 import torch
 import torch.fx
+
+try:
+    import numpy
+except ImportError:  # torch runs without numpy; then no value is a numpy scalar
+    numpy = None
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -42,6 +47,13 @@ _IMPURE_FUNCTIONS = {
     operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
     operator.ilshift, operator.irshift,
 }  # fmt: skip
+# The same as methods, called by name (`x.__setitem__(i, v)`): returning None, they were
+# dropped from the graph, and the write with them.
+_IMPURE_METHODS = {
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+    "__imod__", "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__",
+    "__irshift__",
+}  # fmt: skip
 
 
 _running_fake = contextvars.ContextVar("running_fake", default=False)
@@ -69,10 +81,10 @@ logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietMetaErrors())
 @dataclass(eq=False)
 class SizeInput:
     """A graph input holding a symbolic size (compiler/tracer/shapes.py), read from its
-    tensor when the entry runs."""
+    tensor when the entry runs; or a symbolic int or float read from the frame."""
 
     node: torch.fx.Node
-    fake: torch.SymInt
+    fake: torch.SymInt | torch.SymFloat
     source: str  # e.g. "L['x'].size(0)"
 
 
@@ -153,6 +165,15 @@ class GraphBuilder:
 
     def _size_node(self, op: Any, args: tuple, value: Any) -> torch.fx.Node:
         node = self.graph.call_function(op, args)
+        self.annotate(node, value)
+        return node
+
+    def numpy_scalar(self, value: Any) -> torch.fx.Node:
+        """A numpy scalar computed while tracing (`np.sqrt(2.0)`, `np.float32(3)`), as a node
+        that makes it from its Python value. FX would write its repr, `np.float64(1.41)`, into
+        the graph's code, where `np` is no name (NameError); a Python float instead would
+        change what torch infers from it (`torch.tensor(np.float64(1.5))` is float64)."""
+        node = self.graph.call_function(type(value), (value.item(),))
         self.annotate(node, value)
         return node
 
@@ -337,6 +358,8 @@ def _convert_one(b: GraphBuilder, v: Var) -> tuple[Any, Any]:
     if isinstance(v, ConstVar):
         if is_symbolic(v.value):
             return b.graph_arg(v.value), v.value
+        if numpy is not None and isinstance(v.value, numpy.generic):
+            return b.numpy_scalar(v.value), v.value
         return v.value, v.value
     if isinstance(v, (TupleVar, ListVar)):
         fx, fake = _convert(b, v.items)
@@ -384,7 +407,7 @@ def _constant_result(value: Any) -> Var:
 
 def _is_impure(kind: str, target: Any, kwargs: dict) -> bool:
     if kind == "call_method":
-        return target.endswith("_") and not target.endswith("__")
+        return (target.endswith("_") and not target.endswith("__")) or target in _IMPURE_METHODS
     if target in _IMPURE_FUNCTIONS:
         return True
     name = getattr(target, "__name__", "")

@@ -25,8 +25,17 @@ from compiler.tracer import lookups
 from compiler.tracer.access import MISSING, AccessPlan, Local
 from compiler.tracer.frozen import FrozenPlan, plan_frozen
 
+try:
+    import numpy
+except ImportError:  # torch runs without numpy; then no value is a numpy scalar
+    numpy = None
+
 # Types whose values are compared with ==: the graph is specialised on the value itself.
+# numpy scalars (`np.float32(0.5)`, `np.int64(3)`) are such values too: the graph holds them
+# as constants (graph_builder.numpy_scalar).
 CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
+if numpy is not None:
+    CONSTANT_TYPES += (numpy.generic,)
 
 
 @dataclass(frozen=True)
@@ -158,13 +167,13 @@ class GuardSet:
             line,
         )
 
-    def type_of(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
+    def type_of(self, source: str, obj: Any, line: SourceLine | None = None, why: str = "") -> None:
         ref = self._ref(type(obj), "type")
         self.add(
             "TYPE_MATCH",
             source,
             f"type({source}) is {ref}",
-            f"{source} is a {type(obj).__name__}",
+            f"{source} is a {type(obj).__name__}{f' ({why})' if why else ''}",
             line,
         )
 

@@ -170,6 +170,24 @@ class DynamicPolicy:
                 )
         return None
 
+    def float_dynamic(self, value: float, source: str) -> str | None:
+        """Why the Python float read from `source` is traced as a symbol, or None to
+        specialise on its value: once it changed between compiles, as int_dynamic decides
+        for ints (a `.item()` that a graph break hands on, a scale passed as an argument).
+        dynamic=True alone does not make floats symbolic: it names sizes."""
+        key = f"float {source}"
+        self.observed[key] = (value,)
+        if is_attribute_source(source) or not self.automatic or self.dynamic is False:
+            return None
+        prior = self.seen.get(key)
+        if prior is None:
+            return None
+        if prior[0] is None:
+            return "its value changed between earlier compiles (automatic dynamic)"
+        if prior[0] != value:
+            return f"its value changed from {prior[0]} to {value} since the last compile"
+        return None
+
     def remember(self) -> None:
         """Fold this compile's sizes into what the next compile compares with."""
         for source, shape in self.observed.items():
@@ -336,10 +354,31 @@ class Shapes:
         )
         return sym
 
+    def float_input(
+        self, value: float, source: str, line: SourceLine | None
+    ) -> torch.SymFloat | None:
+        """A symbolic float for a Python float input the policy makes dynamic, else None:
+        an input of the graph (a 0-d tensor for backends that generate code,
+        backends/scalars.py), guarded only by what the trace relied on."""
+        why = self.policy.float_dynamic(value, source) if self.policy is not None else None
+        if why is None:
+            return None
+        expr = self.env.create_unspecified_symbol(value, _Source(source), DimDynamic.DYNAMIC)
+        sym = self.env.create_symfloatnode(expr, hint=value, source=_Source(source))
+        if not isinstance(sym, torch.SymFloat):
+            return None
+        self._symbol(sym, source, source, "float", line)
+        self.controls.append(
+            ControlRecord(
+                "dynamic", source, f"traced as the symbol {sym} ({value} in this call): {why}", line
+            )
+        )
+        return sym
+
     def _symbol(
         self, value: Any, tensor: str, text: str, kind: str, line: SourceLine | None
     ) -> None:
-        if not isinstance(value, torch.SymInt):
+        if not isinstance(value, (torch.SymInt, torch.SymFloat)):
             return
         expr = value.node.expr
         if not isinstance(expr, sympy.Symbol):

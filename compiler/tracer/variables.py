@@ -60,6 +60,9 @@ class ObjVar(Var):
             pin, self.identity = self.identity, None
             pin()
         return self.held
+    # A value whose contents the trace must not read as constants (a numpy array handed on
+    # by a graph break, made anew at each call): guarded by type only, never folded.
+    opaque: bool = False
 
     def __repr__(self) -> str:
         return f"ObjVar({type(self.held).__name__})"
@@ -314,8 +317,8 @@ def as_python_constant(v: Var) -> Any:
         return slice(
             as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step)
         )
-    if isinstance(v, ObjVar):
-        if isinstance(v.value, Iterator):
+    if isinstance(v, ObjVar) and not v.opaque:
+        if isinstance(v.held, Iterator):
             # a real iterator or generator changes when it is read: folding a call over it
             # at trace time would consume it, and the call made for real would find it empty
             raise TypeError("a real iterator is not a constant")

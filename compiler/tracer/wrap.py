@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.runtime.autocast import DEVICE_TYPES, AutocastRestore
-from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple
+from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
     AutocastExitVar,
@@ -54,9 +54,16 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             return ObjVar(value, source)
         return tx.builder.add_input(value, source)
     if isinstance(value, CONSTANT_TYPES):
-        symbolic = tx.builder.shapes.int_input(value, source, line) if type(value) is int else None
+        shapes = tx.builder.shapes
+        symbolic = (
+            shapes.int_input(value, source, line)
+            if type(value) is int
+            else shapes.float_input(float(value), source, line)
+            if isinstance(value, float)  # a numpy float64 too
+            else None
+        )
         if symbolic is not None:
-            guards.type_of(source, value, line)
+            guards.type_of(source, value, line, "its value is an input of the graph")
             return ConstVar(symbolic, source)
         guards.constant(source, value, line)
         return ConstVar(value, source)
@@ -139,6 +146,21 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             guards.identity(source, value, line)
             return ObjVar(value, source)
         return AutocastVar(value.device, bool(value._enabled), value.fast_dtype)
+    if numpy is not None and type(value) is numpy.ndarray:
+        # made at run time more often than not (`np.arange(3.0)` before a break): an
+        # identity guard failed at every call. The trace never reads its contents
+        # (opaque), so its type is all it relies on.
+        guards.type_of(source, value, line, "only its type: its contents are never read")
+        return ObjVar(value, source, opaque=True)
+    if (
+        numpy is not None
+        and isinstance(value, types.BuiltinMethodType)
+        and type(value.__self__) is numpy.ndarray
+    ):
+        # `a.sum` loaded before the call that breaks: the method of such an array
+        guards.type_of(f"{source}.__self__", value.__self__, line, "a method of an array")
+        guards.constant(f"{source}.__name__", value.__name__, line)
+        return ObjVar(value, source, opaque=True)
     if isinstance(
         value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)
     ) or callable(value):

@@ -3,6 +3,7 @@ stride, requires_grad, Python constant, global, module attribute, training flag 
 always gives eager's answer, by a recompile that `compiler.inspect` records with its reason.
 After 8 entries for one code object the function runs eagerly with one warning."""
 
+import types
 import warnings
 from collections import OrderedDict
 
@@ -658,27 +659,28 @@ def test_both_branches_over_many_calls():
 
 
 def test_cache_limit_falls_back_to_eager_with_one_warning():
-    def f(x, n):
-        return x + n
+    def f(x, cfg):
+        return x + cfg.scale
 
     cf, backend = compiled_with_recorder(f)
-    # floats: a changing int would become a symbolic int at its second compile (automatic
-    # dynamic), and stop recompiling
+    # a float read as an attribute (a hyperparameter) specialises the graph on its value; a
+    # changing int or float local would become a symbolic input at its second compile
+    # (automatic dynamic), and stop recompiling
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning before the limit
         for n in range(8):
-            call_both(f, cf, torch.randn(3), n + 0.5)
+            call_both(f, cf, torch.randn(3), types.SimpleNamespace(scale=n + 0.5))
     assert backend.count == 8
     with pytest.warns(Warning) as caught:
         for n in range(8, 14):
-            call_both(f, cf, torch.randn(3), n + 0.5)
+            call_both(f, cf, torch.randn(3), types.SimpleNamespace(scale=n + 0.5))
     assert len(caught) == 1, [str(w.message) for w in caught]
     assert backend.count == 8
     assert len(own_entries(cf)) == 8
     # the entries compiled before the limit are still used
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        call_both(f, cf, torch.randn(3), 3.5)
+        call_both(f, cf, torch.randn(3), types.SimpleNamespace(scale=3.5))
     assert backend.count == 8
 
 

@@ -161,6 +161,16 @@ def _long_out(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> N
         raise EagerRaises(f"{func}: an out= tensor of dtype {out.dtype}, eager wants int64")
 
 
+def _outs_of_self_dtype(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    """aminmax's CUDA kernel wants its out= tensors in the input's dtype (its fake kernel on
+    CUDA inputs does not check; found by the error inputs run on the device)."""
+    dtype = args[0].dtype
+    for name in ("min", "max"):
+        out = kwargs.get(name)
+        if isinstance(out, torch.Tensor) and out.dtype != dtype:
+            raise EagerRaises(f"{func}: an out= tensor of dtype {out.dtype}, eager wants {dtype}")
+
+
 # Reductions whose fake kernels return a result for an empty reduced dimension where eager
 # raises (found by comparing both on zero-size inputs; the others' fake kernels raise too),
 # and the ops the OpInfo error inputs found (tests/codegen/test_opinfo_error_inputs.py).
@@ -176,6 +186,7 @@ _CHECKS: dict[torch._ops.OpOverload, Callable[[Any, Sequence, Mapping], None]] =
     aten.index_add_.default: _index_add,
     aten.index_add.out: _index_add,
     aten.multinomial.out: _long_out,
+    aten.aminmax.out: _outs_of_self_dtype,
 }
 
 

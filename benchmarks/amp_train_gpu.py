@@ -118,6 +118,9 @@ def main() -> None:
                     fb = e.graph.fallback if e.graph else None
                     print(f"  {fn.name}:{e.start_line} ops={e.graph.op_count if e.graph else 0}"
                           f" break={brk!s:.200} fallback={fb!s:.300}")
+                    for note in e.graph.notes if e.graph else ():
+                        if "CUDA graph" in note:
+                            print(f"  {fn.name}:{e.start_line} note: {note[:600]}")
                 for w in fn.warnings:
                     print(f"  {fn.name} warning: {w[:500]}")
     if "eager" in results and "ours" in results:

@@ -125,3 +125,34 @@ def test_batch_norm_broadcasts_with_one_view_per_vector():
     half = [t.half() for t in (x, w, b, mean, var)]
     with torch.no_grad():
         assert "aten.unsqueeze.default" in _aten_ops(eval_bn, *half)
+
+
+FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(
+    "kind", ["plain", "causal", "float_mask", "grouped_query", "scale"]
+)
+def test_flash_attention_for_cpu_returns_the_log_sum_exp(kind, dtype):
+    """The op's second output is the log-sum-exp of each row of scores, (N, H, L), float32
+    for half precision: torch's decomposition returned the attention weights there
+    (N, H, L, S), a wrong shape and values in inference graphs (found by the OpInfo suite)."""
+    q = torch.randn(2, 4, 3, 8, dtype=dtype)
+    kv_heads = 2 if kind == "grouped_query" else 4
+    k, v = (torch.randn(2, kv_heads, 6, 8, dtype=dtype) for _ in range(2))
+    kwargs = {"is_causal": kind == "causal"}
+    if kind == "float_mask":
+        kwargs["attn_mask"] = torch.randn(3, 6, dtype=dtype)
+    if kind == "scale":
+        kwargs["scale"] = 0.7
+
+    def f(q, k, v):
+        return FLASH_CPU(q, k, v, **kwargs)
+
+    expected = f(q, k, v)
+    actual = compiler.compile(f, fullgraph=True)(q, k, v)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        torch.testing.assert_close(a, e, **tol)

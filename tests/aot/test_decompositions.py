@@ -156,3 +156,21 @@ def test_flash_attention_for_cpu_returns_the_log_sum_exp(kind, dtype):
     for a, e in zip(actual, expected):
         assert a.dtype == e.dtype and a.shape == e.shape
         torch.testing.assert_close(a, e, **tol)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b, c: torch.nn.functional.margin_ranking_loss(a, b, c, reduction="sum"),
+        lambda a, b, c: torch.nn.functional.cosine_similarity(a, b) * c[:, 0],
+        lambda a, b, c: torch.nn.functional.hinge_embedding_loss(a, c.sign()),
+    ],
+    ids=["margin_ranking_loss", "cosine_similarity", "hinge_embedding_loss"],
+)
+def test_in_place_ops_of_decompositions_are_made_functional(fn):
+    """Python decompositions that update intermediates in place (clamp_min_) run below
+    functionalize, so the aten graph kept them and the lowering refused it: the whole graph
+    ran eagerly (found by the OpInfo suite). fullgraph=True raises on such a fallback."""
+    a, b, c = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5, 4)
+    compiled = compiler.compile(fn, fullgraph=True)
+    torch.testing.assert_close(compiled(a, b, c), fn(a, b, c))

@@ -100,6 +100,10 @@ def decomposition_table(training: bool = False) -> dict:
     table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
     for op, ours in LEAN.items():
         table[op] = functools.partial(ours, table[op])
+    for name in aten.linspace.overloads():
+        op = getattr(aten.linspace, name)
+        if op in table:
+            table[op] = functools.partial(_integer_linspace, table[op])
     flash = aten._scaled_dot_product_flash_attention_for_cpu.default
     if flash in table:  # inference graphs (training keeps the op whole)
         table[flash] = functools.partial(_flash_attention_for_cpu, table[flash])
@@ -176,3 +180,26 @@ def _flash_attention_for_cpu(
     if attn_mask is not None:  # additive: the op refuses boolean masks
         scores = scores + attn_mask.to(acc)
     return output, torch.logsumexp(scores, dim=-1)
+
+
+def _integer_linspace(general, start, end, steps, *, dtype=None, **kwargs) -> torch.Tensor:
+    """linspace into an integer dtype as eager computes it: the ends converted to that dtype
+    first, the step and each value in float64, then truncated, the first half counted from
+    `start` and the rest from `end`. torch's reference steps in the default float dtype from
+    the unconverted ends (int8 from 4.3 to 0 in 50 steps: 4, 4, 4, 4, 3, ... where eager
+    gives 4, 3, 3, 3, 3, ...)."""
+    if dtype is None or dtype.is_floating_point or dtype.is_complex or steps < 2:
+        return general(start, end, steps, dtype=dtype, **kwargs)
+    device = kwargs.get("device")
+
+    def converted(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(dtype).to(torch.float64)
+        return float(int(v))  # a C++ cast to the integer type: towards zero
+
+    first, last = converted(start), converted(end)
+    step = (last - first) / (steps - 1)
+    index = torch.arange(steps, device=device, dtype=torch.int64)
+    low = first + step * index.to(torch.float64)
+    high = last - step * (steps - 1 - index).to(torch.float64)
+    return torch.where(index < steps // 2, low, high).to(dtype)

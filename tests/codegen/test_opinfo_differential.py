@@ -12,6 +12,10 @@ compiler ran eagerly (a fallback or a graph break) do not fail it but are counte
 from the passes, in the table printed at the end of the session (by
 tests/codegen/conftest.py; and by
 `python -m tests.codegen.opinfo_cases`, which needs no pytest).
+
+On a GPU machine, Triton on CUDA (the `gpu`-marked cases; CODEGEN_TEST_DEVICE=cuda keeps
+tests/codegen/conftest.py from turning on Triton's interpreter):
+    CODEGEN_TEST_DEVICE=cuda pytest tests/codegen/test_opinfo_differential.py -k cuda
 """
 
 from __future__ import annotations

@@ -59,7 +59,9 @@ import compiler
 #
 # (OpInfo full name pattern, dtype name pattern or "*", sample pattern or "*", reason).
 # Patterns are fnmatch patterns; the sample pattern matches the sample's description
-# (`describe_sample`). A skipped case counts as skipped, never as passed.
+# (`describe_sample`). A skipped sample counts as skipped, never as passed; a case skipped
+# whole counts as one skipped sample. No entry is needed for out= semantics: the suite calls
+# each OpInfo's functional op (`op.op`), and OpInfo's samples pass no `out=`.
 
 _RANDOM = "random or uninitialised values: eager itself differs between two runs"
 _BRANCHES = "fixed on branch codegen-dtypes/codegen-values (issue 23)"

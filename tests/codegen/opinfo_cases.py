@@ -299,13 +299,14 @@ def _bind(op: Any, group: Sequence[Any]) -> tuple[Callable, list[torch.Tensor], 
 
     def render(x: Any) -> str:
         if isinstance(x, torch.Tensor):
-            if id(x) not in params:
-                params[id(x)] = f"t{len(tensors)}"
+            key = id(x)
+            if key not in params:
+                params[key] = f"t{len(tensors)}"
                 tensors.append(x)
-            pos = int(params[id(x)][1:])
+            pos = int(params[key][1:])
             if pos not in uses[-1]:
                 uses[-1].append(pos)
-            return params[id(x)]
+            return params[key]
         if type(x) in (list, tuple):
             inner = ", ".join(render(v) for v in x)
             return f"[{inner}]" if type(x) is list else f"({inner}{',' if len(x) == 1 else ''})"
@@ -316,12 +317,14 @@ def _bind(op: Any, group: Sequence[Any]) -> tuple[Callable, list[torch.Tensor], 
         return name
 
     lines = []
+    storages: set[int] = set()
     for k, s in enumerate(group):
         uses.append([])
+        s = _own_memory(s, storages)
         args = [render(s.input), *(render(a) for a in s.args)]
         args += [f"{key}={render(v)}" for key, v in s.kwargs.items()]
         lines.append(f"    r{k} = _op({', '.join(args)})")
-    names = ", ".join(params[id(t)] for t in tensors)
+    names = ", ".join(f"t{k}" for k in range(len(tensors)))
     results = ", ".join(f"r{k}" for k in range(len(group)))
     source = f"def opinfo_case({names}):\n" + "\n".join(lines) + f"\n    return ({results},)\n"
     filename = f"<opinfo {op.full_name} #{next(_counter)}>"
@@ -333,6 +336,24 @@ def _bind(op: Any, group: Sequence[Any]) -> tuple[Callable, list[torch.Tensor], 
 
 
 _counter = itertools.count()
+
+
+def _own_memory(sample: Any, seen: set[int]) -> Any:
+    """`sample`, with copies of its tensors (aliases among them kept) when one shares memory
+    with a tensor of an earlier sample of the group (OpInfo reuses a batch norm's running
+    statistics across samples): run one by one, eager never sees one sample's writes in
+    another's inputs, and neither may the group's function."""
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+    mine = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+    if mine & seen:
+        copies = iter(_clone(tensors))
+        flat = [next(copies) if isinstance(t, torch.Tensor) else t for t in flat]
+        inp, args, kwargs = spec.unflatten(flat)
+        sample = SampleInput(inp, args=args, kwargs=kwargs)
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+    seen.update(t.untyped_storage().data_ptr() for t in tensors if t.numel())
+    return sample
 
 
 # ---- judging --------------------------------------------------------------------------------

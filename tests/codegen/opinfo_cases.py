@@ -87,6 +87,9 @@ SKIPS: list[tuple[str, str, str, str]] = [
     ("torch.ops.aten._efficient_attention_forward", "*", "*", _RANDOM),
     ("nn.functional.scaled_dot_product_attention", "*", "*dropout_p=0.5*", _RANDOM + " (dropout)"),
     ("nn.functional.multi_head_attention_forward", "*", "*training=True*", _RANDOM + " (dropout)"),
+    # float32 sum of 125 integer-derived terms off eager's by 6e-6 relative (assert_close
+    # allows 1.3e-6), a summation order; integer inputs have no upcast reference to judge by.
+    ("nn.functional.poisson_nll_loss", "int*", "*reduction='sum'*", "float32 summation order"),
     # torch.return_types structseq outputs (TypeError building them).
     ("max.reduction_with_dim", "*", "*", _BRANCHES),
     ("min.reduction_with_dim", "*", "*", _BRANCHES),
@@ -532,7 +535,9 @@ def _reference(op: Any, sample: Any, dtype: torch.dtype) -> Any:
     """Eager on the sample with its `dtype` tensors, and `dtype` arguments of factories
     (`linspace(..., dtype=torch.float16)`), upcast to REFERENCE_DTYPE[dtype] (None when
     eager raises)."""
-    wider = REFERENCE_DTYPE[dtype]
+    wider = REFERENCE_DTYPE.get(dtype)
+    if wider is None:  # integer and bool inputs: nothing to upcast
+        return None
 
     def up(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.dtype == dtype:

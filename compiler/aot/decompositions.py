@@ -11,6 +11,7 @@ lowering intact.
 from __future__ import annotations
 
 import functools
+import math
 import struct
 
 import torch
@@ -99,6 +100,13 @@ def decomposition_table(training: bool = False) -> dict:
     table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
     for op, ours in LEAN.items():
         table[op] = functools.partial(ours, table[op])
+    for name in aten.linspace.overloads():
+        op = getattr(aten.linspace, name)
+        if op in table:
+            table[op] = functools.partial(_integer_linspace, table[op])
+    flash = aten._scaled_dot_product_flash_attention_for_cpu.default
+    if flash in table:  # inference graphs (training keeps the op whole)
+        table[flash] = functools.partial(_flash_attention_for_cpu, table[flash])
     for op in list(table):
         functional = out_of_place(op)
         if functional is not None:
@@ -140,3 +148,58 @@ def _lerp_scalar(general, start: torch.Tensor, end: torch.Tensor, weight: float)
     coeff = _rounded(w - 1, start.dtype) if far else w
     diff = aten.sub.Tensor(end, start)
     return aten.add.Tensor(aten.mul.Tensor(diff, coeff), end if far else start)
+
+
+def _flash_attention_for_cpu(
+    general,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's decomposition, whose second output is the attention weights (N, H, L, S)
+    where the op returns the log-sum-exp of each row of scaled scores (N, H, L), in float32
+    for half-precision inputs: that output computed here (dead code, removed, where nothing
+    reads it, as in F.scaled_dot_product_attention)."""
+    output, _ = general(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    )
+    acc = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scale = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
+    if key.size(1) != query.size(1):  # grouped-query attention: heads share keys
+        key = key.repeat_interleave(query.size(1) // key.size(1), dim=1)
+    scores = torch.matmul(query.to(acc), key.to(acc).transpose(-2, -1)) * scale
+    length, source = scores.size(-2), scores.size(-1)
+    if is_causal:
+        keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, -math.inf)
+    if attn_mask is not None:  # additive: the op refuses boolean masks
+        scores = scores + attn_mask.to(acc)
+    return output, torch.logsumexp(scores, dim=-1)
+
+
+def _integer_linspace(general, start, end, steps, *, dtype=None, **kwargs) -> torch.Tensor:
+    """linspace into an integer dtype as eager computes it: the ends converted to that dtype
+    first, the step and each value in float64, then truncated, the first half counted from
+    `start` and the rest from `end`. torch's reference steps in the default float dtype from
+    the unconverted ends (int8 from 4.3 to 0 in 50 steps: 4, 4, 4, 4, 3, ... where eager
+    gives 4, 3, 3, 3, 3, ...)."""
+    if dtype is None or dtype.is_floating_point or dtype.is_complex or steps < 2:
+        return general(start, end, steps, dtype=dtype, **kwargs)
+    device = kwargs.get("device")
+
+    def converted(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(dtype).to(torch.float64)
+        return float(int(v))  # a C++ cast to the integer type: towards zero
+
+    first, last = converted(start), converted(end)
+    step = (last - first) / (steps - 1)
+    index = torch.arange(steps, device=device, dtype=torch.int64)
+    low = first + step * index.to(torch.float64)
+    high = last - step * (steps - 1 - index).to(torch.float64)
+    return torch.where(index < steps // 2, low, high).to(dtype)

@@ -101,12 +101,34 @@ def trace_forward(
         # functional: unused results (batch norm's stats) go; the code is regenerated only then
         if aten_gm.graph.eliminate_dead_code():
             aten_gm.recompile()
+    if _writes_intermediates(aten_gm):
+        # In-place ops of Python decompositions (margin_ranking_loss's clamp_min_), which run
+        # below functionalize and which remove_mutations leaves when the table decomposes
+        # their out-of-place forms: renamed to those forms, then traced again to decompose
+        # them. Where that fails the graph keeps them, and the lowering refuses it.
+        renamed = remove_mutations(aten_gm, {})
+        if renamed is not None:
+            retraced = trace(renamed)
+            aten_gm = remove_mutations(retraced, table) or renamed
 
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
     outputs = None
     if not training:  # not traced whole: the tracer's values, or a fake run of the graph
         outputs = described[0] if described else describe_outputs(*run_fake(gm, example_inputs))
     return AotGraph(aten_gm, origins_of(aten_gm, gm), lines, outputs=outputs)
+
+
+def _writes_intermediates(gm: torch.fx.GraphModule) -> bool:
+    """An in-place op other than the write-back of a graph input (`copy_` into it)."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not node.target._schema.is_mutable:
+            continue
+        into_input = isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
+        if not (node.target is torch.ops.aten.copy_.default and into_input):
+            return True
+    return False
 
 
 def origins_of(aten_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> dict[str, tuple]:

@@ -467,7 +467,13 @@ class LoweringContext:
                 return out
         if not isinstance(node.target, torch._ops.OpOverload):
             raise LoweringError(f"cannot lower call to {node.target}")
-        if node.target is torch.ops.aten.copy_.default and self._is_input(args[0]):
+        into = node.args[0] if node.args else None
+        if (
+            node.target is torch.ops.aten.copy_.default
+            and self._is_input(args[0])
+            # a clone() lowers to its input's buffer: a copy into the clone is no write-back
+            and not (isinstance(into, torch.fx.Node) and into.target in _CLONES)
+        ):
             # functionalize writes mutated graph inputs back at the end: an in-place aten copy
             self.mutated_inputs.append(args[0].view.buf)
             return self.extern(node.target, args, kwargs, note=False)
@@ -515,6 +521,9 @@ class LoweringContext:
             and tv.view is not None
             and self._input_layouts.get(tv.view.buf) == tv.view.layout
         )
+
+
+_CLONES = (torch.ops.aten.clone.default, torch.ops.aten.contiguous.default)
 
 
 def lower(

@@ -152,6 +152,11 @@ def is_torch_function(fn: Any) -> bool:
     ) or type(fn).__name__ in ("OpOverload", "OpOverloadPacket", "builtin_function_or_method"):
         if module.startswith("torch.nn.modules") or module.startswith("torch.nn.utils.parametriz"):
             return False
+        if isinstance(fn, types.FunctionType) and "<" in fn.__qualname__:
+            # A lambda or a local function (OpInfo's `op=lambda x: x.chalf()`): a graph node
+            # calling it would be named by its module and qualified name, which do not
+            # reach it (the graph's own code then raises AttributeError): traced instead.
+            return False
         return module == "torch" or module.startswith("torch.") or module.startswith("torch._")
     return False
 

@@ -125,3 +125,88 @@ def test_batch_norm_broadcasts_with_one_view_per_vector():
     half = [t.half() for t in (x, w, b, mean, var)]
     with torch.no_grad():
         assert "aten.unsqueeze.default" in _aten_ops(eval_bn, *half)
+
+
+FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(
+    "kind", ["plain", "causal", "float_mask", "grouped_query", "scale"]
+)
+def test_flash_attention_for_cpu_returns_the_log_sum_exp(kind, dtype):
+    """The op's second output is the log-sum-exp of each row of scores, (N, H, L), float32
+    for half precision: torch's decomposition returned the attention weights there
+    (N, H, L, S), a wrong shape and values in inference graphs (found by the OpInfo suite)."""
+    q = torch.randn(2, 4, 3, 8, dtype=dtype)
+    kv_heads = 2 if kind == "grouped_query" else 4
+    k, v = (torch.randn(2, kv_heads, 6, 8, dtype=dtype) for _ in range(2))
+    kwargs = {"is_causal": kind == "causal"}
+    if kind == "float_mask":
+        kwargs["attn_mask"] = torch.randn(3, 6, dtype=dtype)
+    if kind == "scale":
+        kwargs["scale"] = 0.7
+
+    def f(q, k, v):
+        return FLASH_CPU(q, k, v, **kwargs)
+
+    expected = f(q, k, v)
+    actual = compiler.compile(f, fullgraph=True)(q, k, v)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        torch.testing.assert_close(a, e, **tol)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b, c: torch.nn.functional.margin_ranking_loss(a, b, c, reduction="sum"),
+        lambda a, b, c: torch.nn.functional.cosine_similarity(a, b) * c[:, 0],
+        lambda a, b, c: torch.nn.functional.hinge_embedding_loss(a, c.sign()),
+    ],
+    ids=["margin_ranking_loss", "cosine_similarity", "hinge_embedding_loss"],
+)
+def test_in_place_ops_of_decompositions_are_made_functional(fn):
+    """Python decompositions that update intermediates in place (clamp_min_) run below
+    functionalize, so the aten graph kept them and the lowering refused it: the whole graph
+    ran eagerly (found by the OpInfo suite). fullgraph=True raises on such a fallback."""
+    a, b, c = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5, 4)
+    compiled = compiler.compile(fn, fullgraph=True)
+    torch.testing.assert_close(compiled(a, b, c), fn(a, b, c))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+@pytest.mark.parametrize("ends", [(4.3, 0.0), (-3.7, 50.0), (0, 7), (4.3, 1.0)])
+@pytest.mark.parametrize("steps", [2, 5, 50])
+def test_integer_linspace_matches_eager(ends, steps, dtype):
+    """The ends are converted to the integer dtype first and the values computed in float64,
+    as eager does: torch's reference stepped from the unconverted ends in float32 (found by
+    the OpInfo suite: up to 9 of 50 elements off by one)."""
+    start, end = ends
+    if dtype == torch.uint8 and min(start, end) < 0:
+        pytest.skip("negative ends of an unsigned linspace")
+
+    def f(x):
+        return torch.linspace(start, end, steps, dtype=dtype) + x
+
+    x = torch.zeros((), dtype=dtype)
+    assert torch.equal(compiler.compile(f, fullgraph=True)(x), f(x))
+
+
+def test_copy_into_a_clone_of_an_input_leaves_the_input_alone(monkeypatch):
+    """linalg.matrix_power(x, 0) traces to `x.clone().copy_(eye)`: clone() lowers to the
+    input's own buffer, and the copy_ was taken for the write-back of a mutated input, so
+    the compiled code overwrote x with the identity (found by the OpInfo suite's full run).
+    The graph now runs eagerly (the lowering refuses the copy into an intermediate)."""
+    x = torch.randn(2, 2, 2)
+    before = x.clone()
+
+    def f(x):
+        return torch.linalg.matrix_power(x, 0)
+
+    monkeypatch.delenv("COMPILER_STRICT", raising=False)  # a fallback is the answer here
+    with compiler.config.patch(suppress_errors=True):
+        out = compiler.compile(f)(x)
+    assert torch.equal(x, before)
+    assert torch.equal(out, f(x))

@@ -432,3 +432,16 @@ def test_views_of_one_tensor_as_inputs():
     cf = compiler.compile(f, backend=RecordingBackend())
     assert_same(f(base_e[:4], base_e[2:]), cf(base_c[:4], base_c[2:]))
     assert_same(base_e, base_c, "the base after the call")
+
+
+def test_lambda_of_a_torch_module_is_traced_not_a_graph_node():
+    """A lambda or local function whose module is torch's (OpInfo's `op=lambda x: ...`) is
+    traced: a graph node calling it named it by module and qualified name, which do not
+    reach it, so the graph's own code raised AttributeError (as every eager fallback does)."""
+    in_torch = lambda x: x.sin() + 1  # noqa: E731
+    in_torch.__module__ = "torch.testing._internal.common_methods_invocations"
+
+    def f(x):
+        return in_torch(x) * 2
+
+    check(f, T(4), graphs=1, breaks=0)

@@ -64,7 +64,6 @@ import compiler
 # each OpInfo's functional op (`op.op`), and OpInfo's samples pass no `out=`.
 
 _RANDOM = "random or uninitialised values: eager itself differs between two runs"
-_BRANCHES = "fixed on branch codegen-dtypes/codegen-values (issue 23)"
 
 SKIPS: list[tuple[str, str, str, str]] = [
     # Random and nondeterministic ops: no two runs agree, compiled or not.
@@ -90,11 +89,6 @@ SKIPS: list[tuple[str, str, str, str]] = [
     # float32 sum of 125 integer-derived terms off eager's by 6e-6 relative (assert_close
     # allows 1.3e-6), a summation order; integer inputs have no upcast reference to judge by.
     ("nn.functional.poisson_nll_loss", "int*", "*reduction='sum'*", "float32 summation order"),
-    # torch.return_types structseq outputs (TypeError building them).
-    ("max.reduction_with_dim", "*", "*", _BRANCHES),
-    ("min.reduction_with_dim", "*", "*", _BRANCHES),
-    ("aminmax", "*", "*", _BRANCHES),
-    ("svd", "*", "*", _BRANCHES),
 ]
 
 

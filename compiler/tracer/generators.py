@@ -65,19 +65,10 @@ def run_finished(
 ) -> IteratorVar:
     """The iterator over what an inlined generator yielded; a Restart at the instruction that
     made it when its run changed any state (`inputs`: its arguments and closure cells)."""
-    if (tx.effect_count(), tx.local_effects) != before:
-        raise Restart(
-            tx.root_pc,
-            f"generator {name}() changes state as it runs; it runs in Python, step by step "
-            "with its consumer",
-        )
-    watched = [
-        (v, v.version)
-        for v in _reachable(inputs)
-        if isinstance(v, (ListVar, DictVar, NewObjectVar))
-    ]
+    why = f"generator {name}() changes state as it runs; it runs in Python, step by step "
+    inlined = _unchanged(tx, name, before, inputs, why + "with its consumer")
     it = IteratorVar(yields)
-    it.generator = Inlined(name, tx.root_pc, tx.effect_count(), watched)
+    it.generator = inlined
     tx.generators.append(it)
     return it
 
@@ -85,12 +76,17 @@ def run_finished(
 def ran_ahead(tx: Tracer, name: str, before: tuple[int, int], inputs: list[Var]) -> Inlined:
     """What a lazy builtin that calls a function (map, filter) computed ahead could read; a
     Restart at the instruction that called it when the calls changed any state."""
+    why = f"the function {name}() applies changes state; {name}() runs in Python, step by "
+    return _unchanged(tx, name, before, inputs, why + "step with its consumer")
+
+
+def _unchanged(
+    tx: Tracer, name: str, before: tuple[int, int], inputs: list[Var], why: str
+) -> Inlined:
+    """The record of a run made ahead of its consumer, which changed nothing (else a Restart
+    with `why`), and the containers it could read, with their versions now."""
     if (tx.effect_count(), tx.local_effects) != before:
-        raise Restart(
-            tx.root_pc,
-            f"the function {name}() applies changes state; {name}() runs in Python, step by "
-            "step with its consumer",
-        )
+        raise Restart(tx.root_pc, why)
     watched = [
         (v, v.version)
         for v in _reachable(inputs)

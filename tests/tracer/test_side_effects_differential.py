@@ -1,9 +1,9 @@
 """Differential tests of side effects: closures, cells, nonlocal and global writes, generators,
 containers mutated across graph breaks, and functions returned from compiled code.
 
-Each case (tests/tracer/side_effect_cases.py) is the source of a module that defines `make()` -> (fn, observe) and `args()`. It
-is executed twice, into two fresh namespaces (its globals), so eager and compiled each own
-their state: closures, cells, globals and containers. Every call draws fresh random inputs
+Each case (tests/tracer/side_effect_cases.py) is the source of a module that defines
+`make()` -> (fn, observe) and `args()`. It is executed twice, into two fresh namespaces (its
+globals), so eager and compiled each own their state: closures, cells, globals and containers. Every call draws fresh random inputs
 (the same for both sides), and compares the return value, the identity of returned inputs,
 the inputs after the call and `observe()` (the cells', globals' and containers' values).
 

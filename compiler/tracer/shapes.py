@@ -346,13 +346,7 @@ class Shapes:
         )
         if not isinstance(sym, torch.SymInt):
             return None
-        self._symbol(sym, source, source, "int", line)
-        self.controls.append(
-            ControlRecord(
-                "dynamic", source, f"traced as the symbol {sym} ({value} in this call): {why}", line
-            )
-        )
-        return sym
+        return self._scalar_input(sym, value, source, "int", why, line)
 
     def float_input(
         self, value: float, source: str, line: SourceLine | None
@@ -367,7 +361,14 @@ class Shapes:
         sym = self.env.create_symfloatnode(expr, hint=value, source=_Source(source))
         if not isinstance(sym, torch.SymFloat):
             return None
-        self._symbol(sym, source, source, "float", line)
+        return self._scalar_input(sym, value, source, "float", why, line)
+
+    def _scalar_input(
+        self, sym: Any, value: Any, source: str, kind: str, why: str, line: SourceLine | None
+    ) -> Any:
+        """`sym`, the symbol of a Python number read from `source`, recorded with its guard
+        text and the control that made it dynamic."""
+        self._symbol(sym, source, source, kind, line)
         self.controls.append(
             ControlRecord(
                 "dynamic", source, f"traced as the symbol {sym} ({value} in this call): {why}", line

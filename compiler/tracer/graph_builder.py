@@ -114,14 +114,7 @@ class GraphBuilder:
         if same is not None:
             # One tensor reached twice (f(x, x), a tied weight): one placeholder, and a guard
             # that the two stay the same object (none when it was read from the same source).
-            if source != same.source:
-                self.guards.add(
-                    "ALIAS",
-                    source,
-                    f"{source} is {same.source}",
-                    f"{source} is {same.source}",
-                    self.line,
-                )
+            self.guards.same_as(source, same.source, "", self.line, kind="ALIAS")
             return same
         fake, dynamic = self.shapes.fake_input(self.fake_mode, tensor, source, self.line)
         self.guards.tensor(source, tensor, self.line, shape=not dynamic)

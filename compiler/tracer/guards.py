@@ -154,6 +154,15 @@ class GuardSet:
             "ID_MATCH", source, f"{source} is {ref}", f"{source} is the same {label} object", line
         )
 
+    def same_as(
+        self, source: str, first: str, what: str, line: SourceLine | None, kind: str = "ALIAS_MATCH"
+    ) -> None:
+        """One object reached through `source` and, earlier in the trace, through `first`:
+        the trace holds one value for both, so the next call must reach one object both ways
+        (no guard where both are the same source)."""
+        if source != first:
+            self.add(kind, source, f"{source} is {first}", f"{source} is {what}{first}", line)
+
     def has_attr(
         self, source: str, name: str, present: bool, line: SourceLine | None = None
     ) -> None:

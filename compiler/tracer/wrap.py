@@ -85,14 +85,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             # the same list or dict reached again (a global read twice, one list passed as
             # two arguments): one tracer value, so a change through one path is seen through
             # the other; the next call must reach the same object the same ways
-            if source != known.source:
-                guards.add(
-                    "ALIAS_MATCH",
-                    source,
-                    f"{source} is {known.source}",
-                    f"{source} is the same object as {known.source}",
-                    line,
-                )
+            guards.same_as(source, known.source, "the same object as ", line)
             return known
     if type(value) is list:
         guards.length(source, value, line)
@@ -197,14 +190,7 @@ def _real_iterator(tx: Tracer, value: Any, source: str) -> IteratorVar:
     line = tx.builder.line
     known = tx.real_iterators.get(id(value))
     if known is not None:
-        if source != known.source:
-            tx.guards.add(
-                "ALIAS_MATCH",
-                source,
-                f"{source} is {known.source}",
-                f"{source} is the same iterator as {known.source}",
-                line,
-            )
+        tx.guards.same_as(source, known.source, "the same iterator as ", line)
         return known
     tx.guards.type_of(source, value, line)
     seq, index = _iterated(value)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.runtime.static import mark_static_address
+from compiler.support.static import mark_static_address
 from compiler.tracer import generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr, raise_python

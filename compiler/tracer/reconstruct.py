@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from compiler.runtime.autocast import AutocastRestore
+from compiler.support.autocast import AutocastRestore
 from compiler.tracer.access import Local
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.guards import CompiledGuards, list_item

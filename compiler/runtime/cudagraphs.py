@@ -1,7 +1,7 @@
 """mode="reduce-overhead": replay the wrapper as a CUDA graph.
 
 A captured graph reads its inputs from the addresses it was captured with. Parameters and
-module buffers (runtime/static.py) stay at one address from call to call, so the graph is
+module buffers (support/static.py) stay at one address from call to call, so the graph is
 captured on them directly and they are never copied; every other input is copied into a
 static buffer of the graph's own before each replay. Copying resnet18's 102 parameters
 every call cost more GPU time than its convolutions save from the launches.

@@ -381,7 +381,8 @@ class _Compiled:
         device: torch.device,
     ) -> Callable:
         # Kernels with the same code as an earlier one are compiled once and bound to it.
-        shared = shared_kernels(list(kernels.values()))
+        signatures = {kernels[g.name].name: warm_up_dtypes(g, sched) for g in sched.kernels}
+        shared = shared_kernels(list(kernels.values()), signatures)
         self.shared = {n: first for n, first in shared.items() if n != first}  # for records
         unique = {name: k for name, k in kernels.items() if shared[k.name] == k.name}
         if len(unique) < len(kernels):

@@ -305,3 +305,26 @@ def test_attention_inputs_in_a_channels_last_graph_on_cuda():
         (g_ours,) = torch.autograd.grad(compiled(x).sum(), x)
         torch.testing.assert_close(g_ours, g_eager, atol=1e-4, rtol=1e-4)
     assert not [g for g in compiler.inspect(compiled).graphs if g.fallback]
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 3 * 64)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 16, 3, 4, 16).permute(2, 0, 3, 1, 4).unbind(0)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_the_record_names_the_attention_kernel_that_ran_on_cuda():
+    """Issue 29: the inspector says which of torch's fused attention kernels ran, forward
+    and backward, as eager's dispatch picked it (flash for bf16 on a Hopper GPU)."""
+    model = _Attention().cuda().to(torch.bfloat16)
+    compiled = compiler.compile(model)
+    x = torch.randn(2, 16, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    compiled(x).sum().backward()
+    notes = [n for g in compiler.inspect(compiled).graphs for n in g.notes]
+    attention = [n for n in notes if n.startswith("attention")]
+    assert any(n.startswith("attention forward: torch's FLASH_ATTENTION") for n in attention)
+    assert any(n.startswith("attention backward: torch's FLASH_ATTENTION") for n in attention)

@@ -188,6 +188,9 @@ def test_reduce_overhead_reads_parameters_in_place(monkeypatch):
             torch.testing.assert_close(compiled(x), model(x))
         # 6 parameters and BatchNorm's 2 running statistics read in place; only x is copied
         assert captures == [(8, 1)]
+        (note,) = [n for g in compiler.inspect(compiled).graphs for n in g.notes if "capture" in n]
+        assert note.startswith("CUDA graph (capture 1): reads 8 inputs where they are")
+        assert "each replay copies 1 inputs in (0.0 MiB), 0 of them back" in note
         # Parameters changed in place are read where they are: no new capture needed
         model[0].weight.mul_(2)
         model[1].running_mean.add_(0.5)

@@ -763,3 +763,51 @@ def test_recompile_limit_warning_is_one_short_line():
     (message,) = [str(w.message) for w in caught if "recompiled" in str(w.message)]
     assert "\n" not in message and len(message) < 600, message
     assert "a Sequential module at 0x" in message, message
+
+
+class _Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+class _Holder:
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def scale(self, x):
+        return x * self.k
+
+
+_HOLDER = _Holder(3.0)
+
+
+def _bound_methods(x):
+    y = _Scale.apply(x)  # a new builtin method object at each read
+    z = _HOLDER.scale(y)  # a new bound method at each read
+    return z + x.__add__(1)  # a new method-wrapper at each read
+
+
+def test_a_method_bound_at_each_read_does_not_recompile_every_call():
+    """`Cls.apply`, `obj.method` and `x.__add__` are new objects at every read: guarded by
+    identity they failed on every call (BLOOM's GeLUFunction.apply recompiled each forward
+    until the cache limit sent it to eager). They are guarded as the same function bound to
+    the same object."""
+    compiled = compiler.compile(_bound_methods)
+    for _ in range(4):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), _bound_methods(x))
+    entries = compiler.inspect(compiled).entries
+    assert all(e.recompile_reason is None for e in entries), [e.recompile_reason for e in entries]
+    # Bound to another object, it is another method: the guard fails.
+    global _HOLDER
+    old, _HOLDER = _HOLDER, _Holder(5.0)
+    try:
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), _bound_methods(x))
+    finally:
+        _HOLDER = old

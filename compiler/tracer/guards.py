@@ -76,6 +76,11 @@ class GuardSet:
             self.namespace[name] = obj
         return name
 
+    def reference(self, obj: Any, hint: str) -> str:
+        """A name the guards read `obj` by: a source for an object no local or global reaches
+        (the cell of a method found on a class)."""
+        return self._ref(obj, hint)
+
     def add(
         self, kind: str, source: str, expr: str, description: str, line: SourceLine | None
     ) -> None:

@@ -49,13 +49,24 @@ class Guard:
     user_line: SourceLine | None = None
 
 
+@dataclass(frozen=True)
+class BreakHint:
+    """How to get rid of a graph break of one kind (compiler/tracer/hints.py)."""
+
+    category: str  # "user code", "fundamental" or "not yet supported"
+    suggestion: str  # what to change, in a sentence or two
+    snippet: str  # the change as code
+
+
 @dataclass
 class GraphBreak:
-    """Why a graph ended before the function did, and where."""
+    """Why a graph ended before the function did, and where, and how to avoid it."""
 
     reason: str
     user_stack: list[SourceLine] = field(default_factory=list)
     instruction: str = ""  # the bytecode instruction executed for real, e.g. "POP_JUMP_IF_FALSE"
+    kind: str = "unsupported"  # what caused it: keys `hint` in compiler/tracer/hints.py
+    hint: BreakHint | None = None
 
     def __str__(self) -> str:
         where = self.user_stack[-1] if self.user_stack else None

@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 import compiler
+from compiler.explain import explain_records
 from jupyter_compile.cell import CellRun, run_transformed
 from jupyter_compile.explain import ExplainView
 from jupyter_compile.inspector import Inspector
@@ -211,32 +212,63 @@ class CompileMagics(Magics):
             return fn
         return types.MethodType(target.forward, fn)
 
-    def _parse_call(self, text: str) -> tuple[Any, tuple, dict, str]:
+    def _parse(self, text: str) -> tuple[Any, ast.expr | None, str]:
+        """`fn` or `fn(args...)`: the callable, the call node (None for a bare name) and the
+        text naming the callable."""
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
-            raise UsageError(f"%explain needs a call, e.g. %explain fn(x, y): {exc.msg}") from None
-        call = tree.body
-        if not isinstance(call, ast.Call):
-            raise UsageError("%explain needs a call, e.g. %explain fn(x, y)")
-        ns = self.shell.user_ns
-        fn_expr = ast.unparse(call.func)
-        fn = eval(compile(ast.Expression(call.func), "<%explain>", "eval"), ns)
+            raise UsageError(
+                f"%explain needs a function or a call, e.g. %explain fn: {exc.msg}"
+            ) from None
+        node = tree.body
+        call = node if isinstance(node, ast.Call) else None
+        fn_node = call.func if call is not None else node
+        fn_expr = ast.unparse(fn_node)
+        fn = eval(compile(ast.Expression(fn_node), "<%explain>", "eval"), self.shell.user_ns)
         if not callable(fn):
             raise UsageError(f"{fn_expr} is not callable (it is a {type(fn).__name__})")
+        return fn, call, fn_expr
+
+    def _call_args(self, call: ast.Call) -> tuple[tuple, dict]:
         collect = ast.Call(ast.Name("__jc_collect__", ast.Load()), call.args, call.keywords)
         expr = ast.fix_missing_locations(ast.Expression(collect))
         helper = {"__jc_collect__": lambda *a, **k: (a, k)}
-        args, kwargs = eval(compile(expr, "<%explain>", "eval"), ns, helper)
-        return fn, args, kwargs, fn_expr
+        return eval(compile(expr, "<%explain>", "eval"), self.shell.user_ns, helper)
+
+    def _recorded(self, fn: Any, title: str) -> Any:
+        """The explain result of the calls already made to `fn`, from its records."""
+        target = getattr(fn, "__jupyter_compile__", None)
+        if target is None:  # an instance or a class of a compiled nn.Module class
+            cls = fn if isinstance(fn, type) else type(fn)
+            target = getattr(getattr(cls, "forward", None), "__jupyter_compile__", None)
+        if isinstance(target, ModuleClassTarget) and not isinstance(fn, type):
+            report = compiler.inspect(target.compiled_for(fn))
+        elif target is not None:
+            report = target.report()
+        else:
+            try:
+                report = compiler.inspect(fn)
+            except TypeError:
+                raise UsageError(
+                    f"{title} was not compiled by %%compile or compiler.compile, so no calls "
+                    f"are recorded; %explain {title}(args...) compiles and runs it once"
+                ) from None
+        if report is None or not report.entries:
+            raise UsageError(
+                f"{title} has not been called yet, so no calls are recorded: call it, or use "
+                f"%explain {title}(args...)"
+            )
+        return explain_records(report.functions)
 
     @magic_arguments("explain")
     @argument("-o", "--output", action="store_true", help="return the ExplainOutput object")
     @line_magic("explain")
     def explain_line(self, line: str) -> Any:
-        """%explain [-o] fn(args...): run compiler.explain(fn)(args...) and show the graph
-        count, each graph break with its reason and source line, the ops of each graph and
-        the guards."""
+        """%explain [-o] fn  or  %explain [-o] fn(args...): the graph count, each graph break
+        with its reason, a suggested fix and its source line, the ops of each graph, the guards
+        and the recompiles. A bare name explains the calls already made to a compiled
+        function; a call runs compiler.explain(fn)(args...) once."""
         options, rest = [], line.strip()
         while rest.startswith("-"):
             token, _, rest = rest.partition(" ")
@@ -244,8 +276,12 @@ class CompileMagics(Magics):
             rest = rest.strip()
         opts = parse_argstring(self.explain_line, " ".join(options))
         if not rest:
-            raise UsageError("%explain needs a call, e.g. %explain fn(x, y)")
-        fn, args, kwargs, title = self._parse_call(rest)
-        out = compiler.explain(self._unwrap(fn))(*args, **kwargs)
+            raise UsageError("%explain needs a function or a call, e.g. %explain fn")
+        fn, call, title = self._parse(rest)
+        if call is None:
+            out = self._recorded(fn, title)
+        else:
+            args, kwargs = self._call_args(call)
+            out = compiler.explain(self._unwrap(fn))(*args, **kwargs)
         display(ExplainView(out, title))
         return out if opts.output else None

@@ -16,6 +16,7 @@ import torch
 from compiler import optim
 from compiler.tracer import builtin_fns, construct, objects
 from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.hints import call_kind, tensor_method_kind
 from compiler.tracer.marked import marked_call
 from compiler.tracer.operations import (
     as_dict,
@@ -190,16 +191,19 @@ def call(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
             if special is not None:
                 return special(tx, args, kwargs)
             if args and _is_optimizer(args[0]):
-                raise Break(_optimizer_reason(real.__name__, args[0].value))
+                raise Break(_optimizer_reason(real.__name__, args[0].value), "optimizer")
             if args and _is_lr_scheduler(args[0]):
-                raise Break(_lr_scheduler_reason(real.__name__))
+                raise Break(_lr_scheduler_reason(real.__name__), "optimizer")
             scheduled = optim.scheduled_optimizer(real)
             if scheduled is not None:  # opt.step once an LR scheduler wrapped it
-                raise Break(_optimizer_reason("step", scheduled))
+                raise Break(_optimizer_reason("step", scheduled), "optimizer")
             if is_torch_function(real):
                 return torch_call(tx, real, args, kwargs)
             if is_skipped(real):
-                raise Break(f"call to {describe(fn)} runs in Python (library code is not traced)")
+                raise Break(
+                    f"call to {describe(fn)} runs in Python (library code is not traced)",
+                    call_kind(real, library=True),
+                )
         return tx.inline(fn, args, kwargs)
     if isinstance(fn, MethodVar):
         return call(tx, fn.func, [fn.self_var, *args], kwargs)
@@ -255,7 +259,10 @@ def _call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]
     call_attr = inspect.getattr_static(type(value), "__call__", None)
     if isinstance(call_attr, types.FunctionType):
         return call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
-    raise Break(f"call to {describe(fn)} runs in Python (it is not a torch op or Python code)")
+    raise Break(
+        f"call to {describe(fn)} runs in Python (it is not a torch op or Python code)",
+        call_kind(value),
+    )
 
 
 def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -268,7 +275,7 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
         module_mod._global_forward_pre_hooks or module_mod._global_backward_hooks
     )  # fmt: skip
     if hooks:
-        raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python")
+        raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python", "module_hooks")
     forward = mod.__dict__.get("forward")
     if getattr(type(mod), "__compiled__", None) is not None and hasattr(type(mod), "_orig_mod"):
         # A module from compiler.compile called from compiled code: trace its original forward.
@@ -320,10 +327,10 @@ def _lr_scheduler_reason(method: str) -> str:
 def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     reason = _AUTOGRAD_REASONS.get(fn)
     if reason is not None:
-        raise Break(reason)
+        raise Break(reason, "autograd_engine")
     name = getattr(fn, "__name__", "")
     if name in _STATEFUL_TORCH_NAMES or name.startswith("set_") or name.startswith("_set_"):
-        raise Break(f"torch.{name} changes global state; it runs in Python")
+        raise Break(f"torch.{name} changes global state; it runs in Python", "global_state")
     return tx.builder.call("call_function", fn, args, kwargs)
 
 
@@ -331,7 +338,7 @@ def call_method(tx: Tracer, obj: Var, name: str, args: list[Var], kwargs: dict[s
     if isinstance(obj, TensorVar):
         reason = _BREAK_TENSOR_METHODS.get(name)
         if reason:
-            raise Break(reason)
+            raise Break(reason, tensor_method_kind(name))
         return tx.builder.call("call_method", name, [obj, *args], kwargs)
     if isinstance(obj, ListVar):
         return _list_method(tx, obj, name, args)
@@ -438,7 +445,10 @@ def _call_grad_decorated(
     factory = closure.get("ctx_factory")
     ctx = factory() if callable(factory) else None
     if type(ctx) not in (torch.no_grad, torch.enable_grad):
-        raise Break(f"call to {describe(fn)} runs in Python (a context-manager decorator)")
+        raise Break(
+            f"call to {describe(fn)} runs in Python (a context-manager decorator)",
+            "context_manager",
+        )
     enabled = type(ctx) is torch.enable_grad
     prev = tx.builder.grad_enabled
     tx.builder.set_grad_enabled(enabled)

@@ -40,6 +40,7 @@ from compiler.tracer.concrete import RealFrame, Returned
 from compiler.tracer.effects import entry_side_effects
 from compiler.tracer.graph_builder import SizeInput, is_node_impure
 from compiler.tracer.guards import CompiledGuards, compile_guards, concise
+from compiler.tracer.hints import hint_for
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult
@@ -479,7 +480,7 @@ def _trace(
             result = tracer.run()
         if result.kind != "restart":
             return result, tracer
-        break_at = (tracer.current_root_pc, result.reason, result.user_stack)
+        break_at = (tracer.current_root_pc, result.reason, result.user_stack, result.break_kind)
     raise RuntimeError("tracing did not settle after restarts")
 
 
@@ -553,7 +554,13 @@ def _build_entry(
     if result.kind == "break":
         break_pc = end_frame.pc
         ins = state.code.instructions[break_pc]
-        graph_break = GraphBreak(result.reason, result.user_stack, ins.opname)
+        graph_break = GraphBreak(
+            result.reason,
+            result.user_stack,
+            ins.opname,
+            kind=result.break_kind,
+            hint=hint_for(result.break_kind),
+        )
     lineno = state.code.instructions[frame.pc].lineno or state.record.firstlineno
     entry_record = EntryRecord(
         function=state.record.qualname,
@@ -574,9 +581,7 @@ def _build_entry(
     rerun = tracer.covered and not _has_effects(gm)
     kw_names = end_frame.kw_names if result.kind == "break" else None
     end_autocast = {
-        d: state
-        for d, state in builder.autocast.items()
-        if state != builder.autocast_at_start[d]
+        d: state for d, state in builder.autocast.items() if state != builder.autocast_at_start[d]
     }
     return Entry(
         guards,

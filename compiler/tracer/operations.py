@@ -640,7 +640,8 @@ def truth(tx: Tracer, v: Var) -> bool:
     if isinstance(v, TensorVar):
         raise Break(
             "data-dependent control flow: the branch depends on the value of a tensor "
-            "(Python has to look at the data, so the graph ends here and the condition runs eagerly)"
+            "(Python has to look at the data, so the graph ends here and the condition runs eagerly)",
+            "data_dependent_branch",
         )
     if isinstance(v, (ListVar, TupleVar, SetVar)):
         return bool(v.items)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from compiler.records import CompiledReport, ControlRecord, FunctionRecord, GraphBreak
-from jupyter_compile.explain import controls_table
+from jupyter_compile.breaks import controls_table, hint_html
 from jupyter_compile.html import (
     SHADES,
     LineMark,
+    Raw,
     annotated_source,
     badge,
     details,
@@ -87,6 +88,9 @@ def line_marks(
         mark = marks.setdefault(lineno, LineMark())
         if text not in mark.notes:
             mark.notes = (*mark.notes, text)
+            fix = Raw(hint_html(brk.hint)) if brk.hint is not None else None
+            if fix is not None and fix not in mark.hints:
+                mark.hints = (*mark.hints, fix)
     return marks
 
 

@@ -284,8 +284,10 @@ def test_explain_magic_renders_and_returns_with_o(shell, monkeypatch: pytest.Mon
 
 
 def test_explain_usage_errors(shell) -> None:
-    assert "needs a call" in run(shell, "%explain 1 +").stderr
-    assert "needs a call" in run(shell, "%explain torch").stderr
+    assert "needs a function or a call" in run(shell, "%explain 1 +").stderr
+    assert "needs a function or a call" in run(shell, "%explain").stderr
+    assert "42 is not callable (it is a int)" in run(shell, "%explain 42").stderr
+    assert "torch is not callable (it is a module)" in run(shell, "%explain torch").stderr
     run(shell, "n = 3")
     assert "n is not callable (it is a int)" in run(shell, "%explain n(1)").stderr
     out = run(shell, "%explain undefined_fn(1)")

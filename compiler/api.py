@@ -171,6 +171,7 @@ def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
 
         @functools.wraps(func)
         def compiled_method(*args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             return run_function(ctx, func, (bound_self, *args), kwargs)
 
         compiled_method.__compiled__ = ctx
@@ -179,6 +180,7 @@ def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
         target = fn
 
         def call(*args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             return target(*args, **kwargs)
 
         functools.update_wrapper(call, fn, updated=())
@@ -187,6 +189,7 @@ def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
 
     @functools.wraps(func)
     def compiled(*args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         return run_function(ctx, func, args, kwargs)
 
     compiled.__compiled__ = ctx
@@ -201,6 +204,7 @@ def _compile_module(mod: torch.nn.Module, ctx: CompileContext) -> torch.nn.Modul
     forward = mod.__dict__.get("forward") or cls.forward
 
     def compiled_forward(self, *args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         if isinstance(forward, types.FunctionType):
             return run_function(ctx, forward, (self, *args), kwargs)
         return run_function(ctx, _call_bound, (forward, *args), kwargs)
@@ -223,6 +227,7 @@ def _compile_module(mod: torch.nn.Module, ctx: CompileContext) -> torch.nn.Modul
 
 
 def _call_bound(forward: Callable, *args, **kwargs):
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     return forward(*args, **kwargs)
 
 

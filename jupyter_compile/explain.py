@@ -53,7 +53,9 @@ def render(out: Any, title: str) -> str:
     rows = _break_rows(out)
     if rows:
         parts.append(heading("graph breaks"))
-        parts.append(table(["#", "reason", "where", "source line", "how to avoid it"], rows, mono_cols=(3,)))
+        parts.append(
+            table(["#", "reason", "where", "source line", "how to avoid it"], rows, mono_cols=(3,))
+        )
     else:
         parts.append(note("no graph breaks: the whole function was captured"))
     controls = getattr(out, "controls", None) or []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import html
+import sys
 import types
 from typing import Any
 
@@ -44,6 +45,24 @@ def message(text: str, level: str = "info") -> None:
         },
         raw=True,
     )
+
+
+def raise_shown(shell: Any, error: BaseException) -> None:
+    """Raise the cell's own exception from the magic, so that the cell fails with it (nbclient,
+    papermill and nbval read its type), without a second traceback: the inner run already
+    showed it, from the user's line, and the outer run's display of it is skipped once."""
+    own = shell.__dict__.get("showtraceback")
+
+    def showtraceback(*args: Any, **kwargs: Any) -> None:
+        if own is None:
+            shell.__dict__.pop("showtraceback", None)
+        else:
+            shell.showtraceback = own
+        if sys.exc_info()[1] is not error:
+            shell.showtraceback(*args, **kwargs)
+
+    shell.showtraceback = showtraceback
+    raise error.with_traceback(None)
 
 
 def _probe() -> None:
@@ -173,11 +192,7 @@ class CompileMagics(Magics):
 
         error = result.error_before_exec or result.error_in_exec
         if error is not None:
-            done = ", ".join(run.compiled) or "nothing"
-            raise UsageError(
-                f"the %%compile cell raised {type(error).__name__} (traceback above); "
-                f"compiled before it: {done}"
-            )
+            raise_shown(self.shell, error)
         if not run.compiled and not run.skipped:
             message("the cell defines no top-level function or nn.Module class to compile")
 

@@ -86,6 +86,7 @@ class Target(abc.ABC):
         self.call_log = CallLog()
 
     def _run(self, compiled: Callable, args: tuple, kwargs: dict, owner: object = None) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         self.last_args, self.last_kwargs = args, kwargs
         self.calls += 1
         cuda = on_cuda(args, kwargs, owner)
@@ -118,6 +119,7 @@ class FunctionTarget(Target):
         target, compiled, original = self, self.compiled, self.original
 
         def compiled_call(*args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             if is_compiling():  # traced from a compiled caller: trace the user's function
                 return original(*args, **kwargs)
             return target._run(compiled, args, kwargs)
@@ -177,6 +179,7 @@ class ModuleClassTarget(Target):
         target = self
 
         def forward(module, *args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             if is_compiling():  # traced from a compiled caller: trace the user's forward
                 return user_forward(module, *args, **kwargs)
             return target.call(module, args, kwargs)
@@ -195,6 +198,7 @@ class ModuleClassTarget(Target):
         return compiled
 
     def call(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         self._last_instance = weakref.ref(module)
         return self._run(self.compiled_for(module), args, kwargs, owner=module)
 

@@ -58,6 +58,7 @@ CallReal = Callable[[Any, list, dict], Any]
 
 def step(frame: RealFrame, ins: Instr, call_real: CallReal) -> None:
     """Run `ins` for real; sets `frame.pc` to the next instruction, raises Returned at a return."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     frame.pc = ins.index + 1
     handler = CONCRETE.get(ins.opname)
     if handler is None:
@@ -93,6 +94,7 @@ def _while_handling(exc: BaseException, handler: Callable, *args: Any) -> None:
     sys.exc_info() reports it, a bare `raise` re-raises it, and an exception raised meanwhile
     gets it as its __context__. Raising it here must not change it: its traceback and
     context are put back before the handler runs."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     tb, context = exc.__traceback__, exc.__context__
     try:
         raise exc
@@ -105,6 +107,7 @@ def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> Non
     """Re-raise `exc` from a frame that carries the user's file, line and function name, so the
     traceback points at the user's line as it does in eager: once per frame, at the line that
     raised it first (a `finally` or `except` that re-raises it adds no line, as in eager)."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     marked = getattr(exc, "_compiler_user_frames", None)
     if marked is None:
         marked = []
@@ -113,9 +116,23 @@ def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> Non
     if not ins.lineno or not hasattr(exc, "__dict__") or any(f is frame for f in marked):
         raise exc
     marked.append(frame)
+    exc.__traceback__ = _without_own_frames(exc.__traceback__)
     code = compile("\n" * (ins.lineno - 1) + "raise ___exc", frame.code.code.co_filename, "exec")
     code = code.replace(co_name=frame.fn_name or frame.code.code.co_name)
     exec(code, {"___exc": exc})
+
+
+def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` without this module's frames (the handler that ran the instruction), so that the
+    user's line stands where eager's traceback has it."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != __file__:
+            kept.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(kept, [*kept[1:], None]):
+        a.tb_next = b
+    return kept[0] if kept else None
 
 
 def _note_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> None:

@@ -151,6 +151,7 @@ def _source_of(fn: types.FunctionType) -> str:
 def run_function(
     ctx: CompileContext, fn: types.FunctionType, args: tuple | list, kwargs: dict
 ) -> Any:
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     if controls.stance() == "force_eager":
         return fn(*args, **kwargs)
     disabled = controls.disabled_mark(fn)
@@ -185,6 +186,7 @@ def _run_disabled(
     runs eagerly. With recursive=True that is a plain call (nothing it calls is compiled);
     with recursive=False its frame runs instruction by instruction here, so the calls it makes
     come back through the compiler."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     fn = mark.fn
     if mark.recursive or not isinstance(fn, types.FunctionType):
         return fn(*args, **kwargs)
@@ -195,6 +197,7 @@ def _run_disabled(
     grad_at_entry = torch.is_grad_enabled()
 
     def call_real(target: Any, call_args: list, call_kwargs: dict) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         return call_from_python(ctx, target, call_args, call_kwargs)
 
     try:
@@ -243,12 +246,14 @@ def _bind(fn: types.FunctionType, args: tuple | list, kwargs: dict) -> dict[str,
 
 
 def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     grad_at_entry = torch.is_grad_enabled()
     # taken before the first graph that leaves autocast switched (a break inside a block)
     autocast_at_entry = None
     any_autocast_at_entry = torch._C._is_any_autocast_enabled()
 
     def call_real(target: Any, args: list, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         return call_from_python(ctx, target, args, kwargs)
 
     instructions = state.code.instructions
@@ -327,6 +332,7 @@ def call_from_python(ctx: CompileContext, target: Any, args: list, kwargs: dict)
     """A call made for real at a graph break: user Python code goes back through the compiler,
     and so does an optimizer step (compiler/optim); torch's zero_grad(set_to_none=True) runs
     as one loop over the parameters (compiler/optim/zero_grad.py)."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     step = optim.step_call(target, args, kwargs)
     if step is not None:
         return optim.run_step(ctx, step, run_function)

@@ -65,6 +65,26 @@ def raise_shown(shell: Any, error: BaseException) -> None:
     raise error.with_traceback(None)
 
 
+def _settings(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    """`--config NAME=VALUE` options as (name, value) pairs; a value is a Python literal
+    (16, False, 'x'), else the text itself. An unknown name is refused by config.patch."""
+    out = []
+    for pair in pairs:
+        name, eq, text = pair.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--config takes NAME=VALUE, e.g. cache_size_limit=16; got {pair!r}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            value = text.strip()
+        out.append((name.strip(), value))
+    try:
+        compiler.config.patch(dict(out))
+    except AttributeError as exc:
+        raise UsageError(f"--config: {exc}") from None
+    return tuple(out)
+
+
 def _probe() -> None:
     """The function compiled to validate options before the cell runs."""
 
@@ -105,6 +125,7 @@ class CompileMagics(Magics):
             mode=args.mode,
             fullgraph=args.fullgraph,
             dynamic=True if args.dynamic else None,
+            config=_settings(args.config),
         )
         try:  # compile is lazy, so this only checks the options (e.g. an unknown mode)
             compiler.compile(_probe, **options.kwargs())
@@ -152,6 +173,14 @@ class CompileMagics(Magics):
         metavar="eager,torch",
         help="after the cell, time the last call of each compiled function against eager "
         "(and against torch.compile with 'torch', shown as a separate labelled column)",
+    )
+    @argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a compiler.config setting for this cell's functions (repeatable), e.g. "
+        "--config cache_size_limit=16 --config automatic_dynamic_shapes=False",
     )
     @argument("--no-inspect", action="store_true", help="do not show inspectors under the cell")
     @cell_magic("compile")

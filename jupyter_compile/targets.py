@@ -36,6 +36,8 @@ class CompileOptions:
     mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
+    # compiler.config settings for this cell's functions: (name, value) pairs, in order
+    config: tuple[tuple[str, Any], ...] = ()
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -53,7 +55,15 @@ class CompileOptions:
             parts.append("fullgraph")
         if self.dynamic:
             parts.append("dynamic")
+        parts.extend(f"{name}={value!r}" for name, value in self.config)
         return ", ".join(parts)
+
+    def compile(self, fn: Callable) -> Callable:
+        """`compiler.compile(fn)` with these options; every call of it (the user's, a timing
+        run's) runs under the cell's `compiler.config.patch`, which keeps the compiled
+        function's attributes (`compiler.inspect` still accepts it)."""
+        compiled = compiler.compile(fn, **self.kwargs())
+        return compiler.config.patch(dict(self.config))(compiled) if self.config else compiled
 
 
 @dataclass
@@ -112,7 +122,7 @@ class FunctionTarget(Target):
     def __init__(self, name: str, original: Callable, options: CompileOptions) -> None:
         super().__init__(name, options)
         self.original = original
-        self.compiled = compiler.compile(original, **options.kwargs())
+        self.compiled = options.compile(original)
         self.callable = self._wrapper()
 
     def _wrapper(self) -> Callable:
@@ -193,7 +203,7 @@ class ModuleClassTarget(Target):
         compiled = self._compiled.get(module)
         if compiled is None:
             bound = types.MethodType(self.forward, module)
-            compiled = compiler.compile(bound, **self.options.kwargs())
+            compiled = self.options.compile(bound)
             self._compiled[module] = compiled
         return compiled
 

@@ -138,6 +138,26 @@ class PartitionRecord:
 
 
 @dataclass
+class Mismatch:
+    """Verify mode (compiler/verify.py) found a compiled graph diverging from eager: the first
+    FX node whose compiled value fails the accuracy check, and the user line it came from."""
+
+    node: str  # the FX node's name, e.g. "sin"
+    target: str  # its op, readable, e.g. "torch.sin"
+    user_line: SourceLine | None
+    compiled_rmse: float  # RMSE of the compiled value against the float64 eager value
+    eager_rmse: float  # RMSE of eager in the input dtype against the same
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = f" at line {self.user_line.lineno}" if self.user_line else ""
+        return (
+            f"{self.node} ({self.target}){where} diverges from eager: RMSE {self.compiled_rmse:.3g} "
+            f"against float64, where eager's is {self.eager_rmse:.3g}"
+        )
+
+
+@dataclass
 class GraphRecord:
     """One FX graph the tracer captured and what the backend made of it."""
 
@@ -156,6 +176,8 @@ class GraphRecord:
     notes: list[str] = field(default_factory=list)  # e.g. "op aten.foo ran as an extern call"
     fallback: str | None = None  # set when the backend failed and the graph runs eagerly
     partition: PartitionRecord | None = None  # training graphs: what the backward saves/redoes
+    mismatch: Mismatch | None = None  # verify mode: where this graph's result went wrong
+    verified_runs: int = 0  # verify mode: calls of this graph checked against eager
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -247,6 +269,11 @@ class CompiledReport:
     @property
     def kernels(self) -> list[KernelRecord]:
         return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def mismatches(self) -> list[Mismatch]:
+        """What verify mode found diverging from eager, graph by graph."""
+        return [g.mismatch for g in self.graphs if g.mismatch is not None]
 
     @property
     def controls(self) -> list[ControlRecord]:

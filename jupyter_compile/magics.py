@@ -126,6 +126,7 @@ class CompileMagics(Magics):
             fullgraph=args.fullgraph,
             dynamic=True if args.dynamic else None,
             config=_settings(args.config),
+            verify=args.verify,
         )
         try:  # compile is lazy, so this only checks the options (e.g. an unknown mode)
             compiler.compile(_probe, **options.kwargs())
@@ -181,6 +182,12 @@ class CompileMagics(Magics):
         metavar="NAME=VALUE",
         help="a compiler.config setting for this cell's functions (repeatable), e.g. "
         "--config cache_size_limit=16 --config automatic_dynamic_shapes=False",
+    )
+    @argument(
+        "--verify",
+        action="store_true",
+        help="check every call against eager (float64 and the inputs' dtypes); a mismatch "
+        "warns naming the first diverging graph node and marks its line red in the inspector",
     )
     @argument("--no-inspect", action="store_true", help="do not show inspectors under the cell")
     @cell_magic("compile")

@@ -38,6 +38,7 @@ class CompileOptions:
     dynamic: bool | None = None
     # compiler.config settings for this cell's functions: (name, value) pairs, in order
     config: tuple[tuple[str, Any], ...] = ()
+    verify: bool = False  # check every call against eager (compiler/verify.py)
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -45,6 +46,7 @@ class CompileOptions:
             "mode": self.mode,
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
+            **({"verify": True} if self.verify else {}),
         }
 
     def describe(self) -> str:
@@ -55,6 +57,8 @@ class CompileOptions:
             parts.append("fullgraph")
         if self.dynamic:
             parts.append("dynamic")
+        if self.verify:
+            parts.append("verify")
         parts.extend(f"{name}={value!r}" for name, value in self.config)
         return ", ".join(parts)
 

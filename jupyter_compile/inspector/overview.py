@@ -91,6 +91,12 @@ def line_marks(
             fix = Raw(hint_html(brk.hint)) if brk.hint is not None else None
             if fix is not None and fix not in mark.hints:
                 mark.hints = (*mark.hints, fix)
+    for ref in refs:
+        found = ref.graph.mismatch
+        if found is not None and found.user_line is not None and in_function(fn, found.user_line):
+            marks.setdefault(
+                found.user_line.lineno, LineMark()
+            ).mismatch = f"graph {ref.index}: {found}"
     return marks
 
 
@@ -118,6 +124,10 @@ def summary_badges(report: CompiledReport) -> str:
         badge("kernels", len(kernel_refs(report))),
         badge("compile time", f"{compile_seconds(report):.2f} s"),
     ]
+    verified = sum(r.graph.verified_runs for r in refs)
+    if verified:
+        parts.append(badge("verified graph runs", verified))
+        parts.append(badge("mismatches", len(report.mismatches)))
     if report.backend:
         parts.append(badge("backend", report.backend))
     if report.mode:

@@ -212,6 +212,10 @@ class EntryRecord:
     recompile_reason: str | None = None  # the guard that failed on the entries before this one
     compile_time_s: float = 0.0
     hits: int = 0
+    # Runtime accounting over the calls that compiled nothing (FunctionRecord.timed_calls):
+    # the runs of this entry's graph and their time (CPU time; on a GPU, the launches).
+    timed_hits: int = 0
+    graph_time_s: float = 0.0
     controls: list[ControlRecord] = field(default_factory=list)  # what the user steered
     # What a run of the entry changes besides its result; empty: it only reads and returns.
     side_effects: list[SideEffect] = field(default_factory=list)
@@ -230,6 +234,11 @@ class FunctionRecord:
     warnings: list[str] = field(default_factory=list)  # eager fallbacks and why
     # controls that applied to the function as a whole (a stance that ran it eagerly, ...)
     controls: list[ControlRecord] = field(default_factory=list)
+    # Runtime accounting: the calls that compiled nothing and their time, of which the
+    # entries' graph_time_s ran in compiled graphs and the rest in Python (guards, the code
+    # around graph breaks, callees that run eagerly).
+    timed_calls: int = 0
+    run_time_s: float = 0.0
 
     @property
     def graphs(self) -> list[GraphRecord]:
@@ -238,6 +247,10 @@ class FunctionRecord:
     @property
     def breaks(self) -> list[GraphBreak]:
         return [e.graph_break for e in self.entries if e.graph_break is not None]
+
+    @property
+    def graph_time_s(self) -> float:
+        return sum(e.graph_time_s for e in self.entries)
 
     @property
     def all_controls(self) -> list[ControlRecord]:

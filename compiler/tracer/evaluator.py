@@ -257,6 +257,7 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
         return call_from_python(ctx, target, args, kwargs)
 
     instructions = state.code.instructions
+    clock = _CallClock(time.perf_counter(), _COMPILES[0], [])
     try:
         while True:
             if frame.unwinding:  # an exception raised for real: its handler runs here
@@ -265,6 +266,7 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             L = frame.values()
             entry = _lookup(state, frame.pc, L, frame.globals)
             if entry is None:
+                _COMPILES[0] += 1
                 with gc_paused():
                     entry = _compile_entry(ctx, state, frame, L)
                 if entry is None:
@@ -272,7 +274,9 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             entry.record.hits += 1
             if entry.end_autocast is not None and autocast_at_entry is None:
                 autocast_at_entry = autocast.snapshot()
+            graph_start = time.perf_counter()
             outputs = _run_graph(entry, L, frame) if entry.graph_fn is not None else ()
+            clock.graphs.append((entry.record, time.perf_counter() - graph_start))
             if outputs is None:
                 return _run_rest(frame, _call_eagerly)
             if entry.end_grad is not None:
@@ -294,6 +298,31 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
         elif not any_autocast_at_entry and torch._C._is_any_autocast_enabled():
             autocast.switch_off()  # an eager graph raised inside a block it opened
         raise
+    finally:
+        clock.account(state.record)
+
+
+# Compiles so far in this process: a call during which anything compiled (its callees too)
+# measures the compiler, so it is left out of the runtime accounting.
+_COMPILES = [0]
+
+
+@dataclass
+class _CallClock:
+    """The time of one run of a frame, and of each graph it ran."""
+
+    start: float
+    compiles_at_start: int
+    graphs: list[tuple[EntryRecord, float]]
+
+    def account(self, record: FunctionRecord) -> None:
+        if _COMPILES[0] != self.compiles_at_start:
+            return
+        record.timed_calls += 1
+        record.run_time_s += time.perf_counter() - self.start
+        for entry, seconds in self.graphs:
+            entry.timed_hits += 1
+            entry.graph_time_s += seconds
 
 
 def _run_graph(entry: Entry, L: dict, frame: RealFrame) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import linecache
 import math
 import warnings
 from collections.abc import Callable
@@ -219,9 +220,11 @@ def _report(fn: Callable, verdict: Verdict, runs: list[GraphRun]) -> None:
     if line is None:
         warnings.warn(f"{name}: {mismatch}", VerificationWarning, stacklevel=4)
         return
-    # Shown at the user's line, where the diverging value is computed.
+    # Shown at the user's line, where the diverging value is computed; the warning's display
+    # prints that line from linecache, and the message carries it where linecache has none.
+    text = "" if linecache.getline(line.filename, line.lineno) else f"\n    {line.text.strip()}"
     warnings.warn_explicit(
-        f"{name}: {mismatch}\n    {line.text.strip()}",
+        f"{name}: {mismatch}{text}",
         VerificationWarning,
         line.filename,
         line.lineno,

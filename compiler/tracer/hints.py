@@ -36,8 +36,8 @@ HINTS: dict[str, BreakHint] = {
         "Keep the value a tensor: .item(), .tolist(), int() and float() hand it to Python, "
         "which ends the graph. Use the 0-d tensor in tensor ops, and read it after the "
         "compiled function returns.",
-        "scale = x.abs().max()      # a 0-d tensor, stays in the graph\n"
-        "y = x / scale               # not: x / x.abs().max().item()",
+        "scale = x.abs().max()  # a 0-d tensor, stays in the graph\n"
+        "y = x / scale          # not: x / x.abs().max().item()",
     ),
     "data_dependent_output": BreakHint(
         FUNDAMENTAL,

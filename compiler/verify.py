@@ -69,6 +69,7 @@ def checking_backend(backend: Callable) -> Callable:
     runs (and only then)."""
 
     def compile_checked(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        reference = _graph_copy(gm)  # a backend may rewrite the graph it is handed
         compiled = backend(gm, example_inputs)
         record = current_graph()
 
@@ -78,12 +79,18 @@ def checking_backend(backend: Callable) -> Callable:
                 return compiled(*args)
             inputs = _snapshot(list(args))
             out = compiled(*args)
-            runs.append(GraphRun(gm, record, backend, inputs, _snapshot(out)))
+            runs.append(GraphRun(reference, record, backend, inputs, _snapshot(out)))
             return out
 
         return run
 
     return compile_checked
+
+
+def _graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
 
 
 # ---- the eager references --------------------------------------------------------------------

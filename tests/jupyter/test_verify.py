@@ -149,3 +149,20 @@ def test_compile_cell_verify_marks_the_line_red(ipython, wrong_sin) -> None:
     row = twin.index('class="jc-line jc-mismatch-line" data-line="3"')
     assert 'class="jc-mismatch"' in twin[row:] and "sin (torch.sin)" in twin[row:]
     assert "verify" in out.html()  # the subtitle names the mode
+
+
+def _sin_as_cos_backend(gm, example_inputs):
+    """A user backend with a bug that rewrites the graph it is handed."""
+    for node in gm.graph.nodes:
+        if node.target is torch.sin:
+            node.target = torch.cos
+    gm.recompile()
+    return gm.forward
+
+
+def test_a_backend_that_rewrites_its_graph_is_judged_against_the_traced_graph() -> None:
+    compiled = compiler.compile(wrong_sin_fn, backend=_sin_as_cos_backend, verify=True)
+    _, found = _call(compiled, torch.randn(16), torch.randn(16))
+    assert len(found) == 1
+    (mismatch,) = compiler.inspect(compiled).mismatches
+    assert mismatch.node == "sin"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.records import SourceLine
+from compiler.records import BreakHint, SourceLine
 
 
 class Break(Exception):
@@ -53,13 +53,22 @@ class Raised(Exception):
 class Unsupported(RuntimeError):
     """Raised with `fullgraph=True` (or by `export`) where the graph would break."""
 
-    def __init__(self, reason: str, user_stack: list[SourceLine] | None = None):
+    def __init__(
+        self,
+        reason: str,
+        user_stack: list[SourceLine] | None = None,
+        hint: BreakHint | None = None,
+    ):
         self.reason = reason
         self.user_stack = user_stack or []
+        self.hint = hint
         where = ""
         if self.user_stack:
             line = self.user_stack[-1]
             where = f'\n  File "{line.filename}", line {line.lineno}, in {line.function}\n    {line.text.strip()}'
+        if hint is not None:
+            snippet = "\n".join(f"      {code}" for code in hint.snippet.splitlines())
+            where += f"\n  fix ({hint.category}): {hint.suggestion}\n{snippet}"
         super().__init__(f"graph break: {reason}{where}")
 
 

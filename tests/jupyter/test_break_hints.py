@@ -183,3 +183,10 @@ def test_the_inspector_overview_shows_the_fix_under_the_break(ipython) -> None:
     fix = twin.index('class="jc-fix"', brk)
     assert "keep the value a tensor" in twin[fix:].lower()
     assert "fix</b> (fundamental)" in twin[fix:]
+
+
+def test_fullgraph_error_carries_the_fix() -> None:
+    with pytest.raises(compiler.Unsupported) as raised:
+        compiler.compile(branch, fullgraph=True, backend="eager")(torch.randn(4))
+    assert raised.value.hint is hints.HINTS["data_dependent_branch"]
+    assert "fix (fundamental)" in str(raised.value) and "torch.where" in str(raised.value)

@@ -13,9 +13,12 @@ instruction, with the exception made the one `sys.exc_info()` reports, as in eag
 
 from __future__ import annotations
 
+import os
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from compiler.tracer import opcodes
 from compiler.tracer.bytecode import Code, Handler, Instr
 from compiler.tracer.opcodes import CONCRETE
 from compiler.tracer.opcodes.registry import Returned
@@ -122,12 +125,17 @@ def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> Non
     exec(code, {"___exc": exc})
 
 
+# The files of the frames that run an instruction for real: this module's and the opcode
+# handlers' (their concrete halves), none of which the user wrote.
+_OWN_FILES = (__file__, os.path.dirname(opcodes.__file__) + os.sep)
+
+
 def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """`tb` without this module's frames (the handler that ran the instruction), so that the
-    user's line stands where eager's traceback has it."""
+    """`tb` without the frames that ran the instruction (`step`, the opcode's handler), so
+    that the user's line stands where eager's traceback has it."""
     kept = []
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename != __file__:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
             kept.append(tb)
         tb = tb.tb_next
     for a, b in zip(kept, [*kept[1:], None]):

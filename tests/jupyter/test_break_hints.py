@@ -40,7 +40,7 @@ def _kinds_raised() -> set[str]:
     """The kinds the tracer's source names where it raises a break: the constant second
     argument (or `kind=`) of Break/InlineBreak, and the kinds of hints' own tables."""
     found = set(hints._TENSOR_METHOD_KINDS.values()) | {"numpy", "library_code", "c_function"}
-    for path in TRACER.glob("*.py"):
+    for path in TRACER.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Break"):
                 continue

@@ -107,7 +107,7 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
         module_mod._global_forward_pre_hooks or module_mod._global_backward_hooks
     )  # fmt: skip
     if hooks:
-        raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python")
+        raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python", "module_hooks")
     forward = mod.__dict__.get("forward")
     if getattr(type(mod), "__compiled__", None) is not None and hasattr(type(mod), "_orig_mod"):
         # A module from compiler.compile called from compiled code: trace its original forward.

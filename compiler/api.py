@@ -16,6 +16,7 @@ from compiler.backends.registry import (
     lookup_backend,
     register_backend,
 )
+from compiler.distributed import compile_distributed
 from compiler.explain import ExplainOutput, explain_records
 from compiler.records import CompiledReport, GraphRecord, Guard, compiling_graph, current_graph
 from compiler.tracer.breaks import Unsupported
@@ -77,7 +78,9 @@ def compile(
     )
     ctx = CompileContext(config)
     if isinstance(model, torch.nn.Module):
-        compiled = _compile_module(model, ctx)
+        compiled = compile_distributed(model, config, _compile_module) or _compile_module(
+            model, ctx
+        )
     elif callable(model):
         compiled = _compile_callable(model, ctx)
     else:

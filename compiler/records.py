@@ -127,6 +127,24 @@ class PartitionRecord:
 
 
 @dataclass
+class BucketRecord:
+    """One part of a graph split at DistributedDataParallel's gradient-bucket boundaries
+    (compiler/distributed/): its backward hands these parameters' gradients to DDP, whose
+    all-reduce of them then overlaps the backward of the parts before it."""
+
+    index: int  # the part's place in the forward; the backward runs the parts in reverse
+    params: list[str]  # the parameters whose gradients its backward produces (graph inputs)
+    param_bytes: int
+    # the size it was filled to: DDP's bucket_cap_mb, or for the graph's last part, whose
+    # gradients are ready first, DDP's smaller first-bucket cap
+    cap_bytes: int
+    nodes: list[str]  # the FX nodes of the part
+    split_after: str = ""  # the last node before the cut that ends it; "" for the last part
+    split_line: SourceLine | None = None  # the user line of that node
+    graph: GraphRecord | None = None  # the part's own compile (aot graphs, partition)
+
+
+@dataclass
 class GraphRecord:
     """One FX graph the tracer captured and what the backend made of it."""
 
@@ -145,6 +163,9 @@ class GraphRecord:
     notes: list[str] = field(default_factory=list)  # e.g. "op aten.foo ran as an extern call"
     fallback: str | None = None  # set when the backend failed and the graph runs eagerly
     partition: PartitionRecord | None = None  # training graphs: what the backward saves/redoes
+    # under DistributedDataParallel: the parts the graph was split into, one per gradient
+    # bucket (one when a bucket holds the whole graph; empty outside DDP)
+    buckets: list[BucketRecord] = field(default_factory=list)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:

@@ -1,0 +1,79 @@
+"""`compiler.compile(DistributedDataParallel(model))`.
+
+DDP's own forward runs as it is: its pre-forward bookkeeping (the reducer's
+prepare_for_forward, bucket rebuilding, buffer broadcast, moving inputs to the device) and its
+post-forward one (finding unused parameters, static_graph's first iteration) are Python that
+talks to the C++ reducer and the process group; tracing it would only produce graph breaks.
+The wrapped module's forward is what is compiled, in place of DDP's call of it; the reducer's
+hooks on the parameters' gradient accumulators stay where they are, so they fire when a
+compiled backward hands them a gradient. The backend is wrapped by split.py, which cuts each
+graph at DDP's gradient-bucket boundaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from compiler.distributed.buckets import BucketCaps
+from compiler.distributed.split import bucketed
+from compiler.tracer.evaluator import CompileConfig, CompileContext
+
+CompileModule = Callable[[torch.nn.Module, CompileContext], torch.nn.Module]
+
+
+def compile_ddp(
+    ddp: DistributedDataParallel, config: CompileConfig, compile_module: CompileModule
+) -> torch.nn.Module:
+    """A DDP object sharing `ddp`'s state (its __dict__ is `ddp`'s, so `no_sync()` on either
+    holds for both) whose forward runs DDP's bookkeeping around the compiled inner module."""
+    caps = bucket_caps(ddp)
+    split = dataclasses.replace(
+        config, backend=bucketed(config.backend, lambda: reduced_param_ids(ddp), caps)
+    )
+    ctx = CompileContext(split)
+    inner = compile_module(ddp.module, ctx)
+
+    def _run_ddp_forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        if self._use_python_reducer:
+            return inner(*inputs, **kwargs)
+        with self._inside_ddp_forward():
+            return inner(*inputs, **kwargs)
+
+    cls = type(ddp)
+    compiled_cls = type(
+        cls.__name__,
+        (cls,),
+        {
+            "_run_ddp_forward": _run_ddp_forward,
+            "_orig_mod": ddp,
+            "__compiled__": ctx,
+            "__module__": cls.__module__,
+        },
+    )
+    compiled_cls.__qualname__ = cls.__qualname__
+    compiled = object.__new__(compiled_cls)
+    compiled.__dict__ = ddp.__dict__
+    return compiled
+
+
+def bucket_caps(ddp: DistributedDataParallel) -> BucketCaps:
+    """DDP's bucket sizes: `bucket_cap_mb`, and its smaller first bucket when the cap is the
+    default one (torch/nn/parallel/distributed.py, _BucketCapacityConfig)."""
+    config = getattr(ddp, "_bucket_config", None)
+    if config is not None:
+        return BucketCaps(first=config.first_bucket_bytes_cap, rest=config.bucket_bytes_cap)
+    return BucketCaps(first=ddp.bucket_bytes_cap, rest=ddp.bucket_bytes_cap)
+
+
+def reduced_param_ids(ddp: DistributedDataParallel) -> set[int]:
+    """The parameters DDP all-reduces: those that require grad, less the ignored ones."""
+    ignored = ddp.parameters_to_ignore
+    return {
+        id(p)
+        for name, p in ddp.module.named_parameters()
+        if p.requires_grad and name not in ignored
+    }

@@ -5,6 +5,7 @@ fully_shard (fsdp.py). The collectives are torch.distributed's own, run by its h
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -14,15 +15,25 @@ from compiler.tracer.evaluator import CompileConfig, CompileContext
 CompileModule = Callable[[torch.nn.Module, CompileContext], torch.nn.Module]
 
 
+@dataclass(frozen=True)
+class Wrapper:
+    """A kind of torch.distributed model: the module defining it (no model can be of the kind
+    before torch imported it, so other models are told apart without importing it), how to
+    recognise one, and its compiler, imported on use."""
+
+    module: str
+    recognise: Callable[[torch.nn.Module], bool]
+    compiler: Callable[[], Callable]
+
+
 def compile_distributed(
     model: torch.nn.Module, config: CompileConfig, compile_module: CompileModule
 ) -> torch.nn.Module | None:
     """The compiled model when `model` is wrapped by torch.distributed, else None.
     `compile_module` compiles a plain module (api._compile_module)."""
-    for kind, (module_name, is_kind) in _KINDS.items():
-        # a model of a kind is only possible once torch imported the kind's module
-        if module_name in sys.modules and is_kind(model):
-            return _COMPILERS[kind]()(model, config, compile_module)
+    for wrapper in WRAPPERS.values():
+        if wrapper.module in sys.modules and wrapper.recognise(model):
+            return wrapper.compiler()(model, config, compile_module)
     return None
 
 
@@ -50,8 +61,9 @@ def _fsdp_compiler() -> Callable:
     return compile_fsdp
 
 
-_KINDS: dict[str, tuple[str, Callable[[torch.nn.Module], bool]]] = {
-    "ddp": ("torch.nn.parallel.distributed", _is_ddp),
-    "fsdp2": ("torch.distributed.fsdp._fully_shard._fully_shard", _has_fsdp),
+WRAPPERS: dict[str, Wrapper] = {
+    "DistributedDataParallel": Wrapper("torch.nn.parallel.distributed", _is_ddp, _ddp_compiler),
+    "fully_shard (FSDP2)": Wrapper(
+        "torch.distributed.fsdp._fully_shard._fully_shard", _has_fsdp, _fsdp_compiler
+    ),
 }
-_COMPILERS: dict[str, Callable[[], Callable]] = {"ddp": _ddp_compiler, "fsdp2": _fsdp_compiler}

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from compiler.distributed.buckets import BucketCaps
@@ -38,7 +39,7 @@ def compile_ddp(
     inner = compile_module(ddp.module, ctx)
 
     def _run_ddp_forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
-        if self._use_python_reducer:
+        if getattr(self, "_use_python_reducer", False):  # absent before torch 2.2
             return inner(*inputs, **kwargs)
         with self._inside_ddp_forward():
             return inner(*inputs, **kwargs)
@@ -62,11 +63,14 @@ def compile_ddp(
 
 def bucket_caps(ddp: DistributedDataParallel) -> BucketCaps:
     """DDP's bucket sizes: `bucket_cap_mb`, and its smaller first bucket when the cap is the
-    default one (torch/nn/parallel/distributed.py, _BucketCapacityConfig)."""
+    default one (torch/nn/parallel/distributed.py; older torch keeps the two apart)."""
     config = getattr(ddp, "_bucket_config", None)
     if config is not None:
         return BucketCaps(first=config.first_bucket_bytes_cap, rest=config.bucket_bytes_cap)
-    return BucketCaps(first=ddp.bucket_bytes_cap, rest=ddp.bucket_bytes_cap)
+    cap = ddp.bucket_bytes_cap
+    if getattr(ddp, "bucket_bytes_cap_default", False):
+        return BucketCaps(first=min(dist._DEFAULT_FIRST_BUCKET_BYTES, cap), rest=cap)
+    return BucketCaps(first=cap, rest=cap)
 
 
 def reduced_param_ids(ddp: DistributedDataParallel) -> set[int]:

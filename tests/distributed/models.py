@@ -52,6 +52,10 @@ OPTIMIZERS: dict[str, Callable] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-2),
 }
+# Adam divides by the root of its second moment: an element whose gradients are near zero
+# turns the last-bit differences of a reordered sum into 1e-5 of its update (the training
+# tests of tests/aot allow the same)
+TOLERANCE: dict[str, dict] = {"sgd": {}, "adam": {"rtol": 1e-4, "atol": 1e-5}}
 
 
 def pair(
@@ -65,13 +69,13 @@ def pair(
     return eager, compiled
 
 
-def assert_same(eager: torch.nn.Module, compiled: torch.nn.Module) -> None:
+def assert_same(eager: torch.nn.Module, compiled: torch.nn.Module, **tolerance) -> None:
     for (name, p), q in zip(eager.module.named_parameters(), compiled.module.parameters()):
         if p.grad is None or q.grad is None:
             assert p.grad is None and q.grad is None, f"{name}: grad is None on one side only"
         else:
-            torch.testing.assert_close(q.grad, p.grad, msg=f"{name}.grad")
-        torch.testing.assert_close(q, p, msg=name)
+            torch.testing.assert_close(q.grad, p.grad, msg=f"{name}.grad", **tolerance)
+        torch.testing.assert_close(q, p, msg=name, **tolerance)
 
 
 def train_same(
@@ -92,8 +96,8 @@ def train_same(
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             losses.append(loss.detach())
-        torch.testing.assert_close(losses[1], losses[0])
-        assert_same(eager, compiled)
+        torch.testing.assert_close(losses[1], losses[0], **TOLERANCE[optimizer])
+        assert_same(eager, compiled, **TOLERANCE[optimizer])
         for opt in opts:
             opt.step()
-        assert_same(eager, compiled)
+        assert_same(eager, compiled, **TOLERANCE[optimizer])

@@ -13,7 +13,7 @@ from torch.distributed.fsdp import fully_shard
 
 import compiler
 from tests.distributed.harness import WORLD, run_ranks
-from tests.distributed.models import OPTIMIZERS
+from tests.distributed.models import OPTIMIZERS, TOLERANCE
 
 
 class Block(torch.nn.Module):
@@ -48,10 +48,10 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _assert_same(eager: torch.nn.Module, compiled: torch.nn.Module) -> None:
+def _assert_same(eager: torch.nn.Module, compiled: torch.nn.Module, tolerance: dict) -> None:
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
-        torch.testing.assert_close(_full(q.grad), _full(p.grad), msg=f"{name}.grad")
-        torch.testing.assert_close(_full(q), _full(p), msg=name)
+        torch.testing.assert_close(_full(q.grad), _full(p.grad), msg=f"{name}.grad", **tolerance)
+        torch.testing.assert_close(_full(q), _full(p), msg=name, **tolerance)
 
 
 def _worker(rank: int, optimizer: str) -> None:
@@ -67,10 +67,10 @@ def _worker(rank: int, optimizer: str) -> None:
         for m, opt in zip((eager, compiled), opts):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(m(x), y).backward()
-        _assert_same(eager, compiled)
+        _assert_same(eager, compiled, TOLERANCE[optimizer])
         for opt in opts:
             opt.step()
-        _assert_same(eager, compiled)
+        _assert_same(eager, compiled, TOLERANCE[optimizer])
 
     report = compiler.inspect(compiled)
     functions = {f.qualname: f for f in report.functions}

@@ -40,9 +40,7 @@ def bucketed(backend: Backend, param_ids: Callable[[], set[int]], caps: BucketCa
                 )
             return backend(gm, example_inputs)
         part_of = {node: i for i, b in enumerate(buckets) for node in b.nodes}
-        split = split_module(
-            gm, None, part_of.__getitem__, keep_original_order=True, tuple_return=True
-        )
+        split = _split(gm, part_of)
         options = current_options()
         children = []
         for i in range(len(buckets)):
@@ -64,6 +62,30 @@ def bucketed(backend: Backend, param_ids: Callable[[], set[int]], caps: BucketCa
 
     compile_split.__name__ = getattr(backend, "__name__", "backend")
     return compile_split
+
+
+def _split(gm: torch.fx.GraphModule, part_of: dict[torch.fx.Node, int]) -> torch.fx.GraphModule:
+    """torch's split_module, whose parts `submod_<i>` return tuples. It looks for a size
+    placeholder binding each symbolic size it meets in an example value, which the tracer's
+    dynamic graphs need not have (a symbolic size is read from the tensor input that has
+    it, compiler/backends/per_size.py): it is handed the graph without example values, and
+    the parts get them back by node name (split_module keeps the names)."""
+    values = {
+        n.name: n.meta.pop("example_value") for n in gm.graph.nodes if "example_value" in n.meta
+    }
+    try:
+        split = split_module(
+            gm, None, part_of.__getitem__, keep_original_order=True, tuple_return=True
+        )
+    finally:
+        for node in gm.graph.nodes:
+            if node.name in values:
+                node.meta["example_value"] = values[node.name]
+    for part in split.children():
+        for node in part.graph.nodes:
+            if node.name in values and node.op != "output":
+                node.meta["example_value"] = values[node.name]
+    return split
 
 
 class _LazyPart(torch.nn.Module):

@@ -85,3 +85,21 @@ def test_inspector_shows_the_parts() -> None:
     assert "DDP gradient buckets (3 parts)" in html
     assert "L[&#x27;self&#x27;].fc2.weight" in html  # escaped
     assert "part 2: aten graph backward" in html
+
+
+def test_a_dynamic_batch_size_is_split_too() -> None:
+    # the last batch of an epoch is smaller: the recompiled graph has a symbolic batch size
+    torch.manual_seed(0)
+    eager = MLP()
+    model = copy.deepcopy(eager)
+    compiled = _compiled(model)
+    for n in (8, 5, 3):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(compiled(x), eager(x))
+        eager(x).sum().backward()
+        compiled(x).sum().backward()
+        for p, q in zip(eager.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad)
+    graphs = compiler.inspect(compiled).graphs
+    assert [len(g.buckets) for g in graphs] == [3, 3]
+    assert all(g.fallback is None for g in graphs)

@@ -12,8 +12,10 @@ the table shows the median over rounds as steps/s, on rank 0.
 
     # the device (kind nvidia-h200-x2, NCCL):
     python3 -m torch.distributed.run --nproc-per-node 2 benchmarks/ddp_train_gpu.py
-    # a CPU check that it runs (gloo, tiny models, no timing worth reading):
-    .venv/bin/torchrun --nproc-per-node 2 benchmarks/ddp_train_gpu.py --device cpu --tiny
+    # a CPU check that it runs (gloo, tiny models, no timing worth reading; small buckets so
+    # that both graphs are split; --precision fp32 makes the three losses agree closely):
+    .venv/bin/torchrun --nproc-per-node 2 benchmarks/ddp_train_gpu.py --device cpu --tiny \
+        --bucket-cap-mb 0.05 --rounds 1 --iters 2
 
 torch.compile appears here only as the comparison anchor.
 """
@@ -123,12 +125,12 @@ class Workload:
             self.loss = lambda logits, t: F.cross_entropy(logits.flatten(0, 1), t.flatten())
 
 
-def make_step(work: Workload, model: torch.nn.Module, device: torch.device) -> Callable:
+def make_step(work: Workload, model: torch.nn.Module, device: torch.device, bf16: bool) -> Callable:
     opt = work.optimizer(model.parameters())
 
     def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = work.loss(model(work.inputs), work.target)
         loss.backward()
         opt.step()
@@ -194,7 +196,10 @@ def bench(name: str, args: argparse.Namespace, device: torch.device) -> dict[str
             model = compiler.compile(model, mode=args.mode)
         elif label == "torch.compile":
             model = torch.compile(model, mode=args.mode)
-        models[label], steps[label] = model, make_step(work, model, device)
+        models[label], steps[label] = (
+            model,
+            make_step(work, model, device, args.precision == "bf16"),
+        )
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -228,6 +233,12 @@ def main() -> None:
     p.add_argument("--models", default="resnet50,gpt2")
     p.add_argument("--batch", type=int, default=None, help="per rank")
     p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's (default 25)")
+    p.add_argument(
+        "--precision",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="fp32: no autocast, so the warm-up losses of all three should agree closely",
+    )
     p.add_argument("--mode", default=None, help="compile mode for ours and torch.compile")
     p.add_argument("--warm", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
@@ -247,7 +258,7 @@ def main() -> None:
     results = {name: bench(name, args, device) for name in args.models.split(",")}
     if dist.get_rank() == 0:
         world = dist.get_world_size()
-        print(f"\nDDP over {world} ranks ({args.device}), bf16 autocast, steps/s (median):")
+        print(f"\nDDP over {world} ranks ({args.device}), {args.precision}, steps/s (median):")
         print(f"{'model':10s} " + " ".join(f"{label:>14s}" for label in LABELS) + "   ours/tc")
         for name, res in results.items():
             cells = " ".join(

@@ -10,15 +10,23 @@ the graph's record with the others', so the inspector's kernel list stays comple
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
 
+from compiler import config
 from compiler.backends.registry import BackendOptions, backend_options, current_options
 from compiler.distributed.buckets import Bucket, BucketCaps, assign_buckets
-from compiler.records import BucketRecord, GraphRecord, compiling_graph, current_graph
+from compiler.records import (
+    BucketRecord,
+    CompilerWarning,
+    GraphRecord,
+    compiling_graph,
+    current_graph,
+)
 from compiler.runtime.lazy_graphs import graph_code
 
 Backend = Callable[[torch.fx.GraphModule, Sequence[Any]], Callable]
@@ -112,8 +120,24 @@ class _LazyPart(torch.nn.Module):
             compiling_graph(self.record) if self.record is not None else contextlib.nullcontext()
         )
         opts = self.options
-        with recording, backend_options(opts.mode, opts.options, opts.fullgraph):
-            compiled = self.backend(self.gm, args)
+        try:
+            with recording, backend_options(opts.mode, opts.options, opts.fullgraph):
+                compiled = self.backend(self.gm, args)
+        except Exception as exc:
+            if opts.fullgraph or config.strict():
+                raise
+            # the part runs as captured: still a part of its own, so its bucket's gradients
+            # still reach DDP before the backward of the parts before it
+            reason = f"{type(exc).__name__}: {exc}".strip()
+            if self.record is not None:
+                self.record.fallback = reason
+            warnings.warn(
+                f"compiler: a DDP bucket's part of a graph runs eagerly because the backend "
+                f"failed ({reason})",
+                CompilerWarning,
+                stacklevel=3,
+            )
+            return self.gm.forward
         # The tracer's guards pin the whole graph's inputs, and so every part's.
         guarded = getattr(compiled, "for_guarded_inputs", None)
         return guarded(args) if guarded is not None else compiled

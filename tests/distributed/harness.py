@@ -9,11 +9,17 @@ import os
 import tempfile
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 WORLD = 2
+# two processes that each import torch and compile: 20-40 s a test on a 2-core machine
+TWO_RANKS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="needs gloo"),
+]
 
 
 def run_ranks(worker: Callable[..., None], *args: Any) -> None:

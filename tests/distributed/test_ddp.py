@@ -8,8 +8,10 @@ import torch
 import torch.distributed as dist
 
 import compiler
-from tests.distributed.harness import run_ranks
+from tests.distributed.harness import TWO_RANKS, run_ranks
 from tests.distributed.models import MLP, ConvNet, WithUnused, assert_same, pair, train_same
+
+pytestmark = TWO_RANKS
 
 # 1 KiB buckets: every Linear of the MLP fills one, so its graph has three parts
 SMALL_BUCKETS = 0.001

@@ -12,8 +12,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import compiler
-from tests.distributed.harness import WORLD, run_ranks
+from tests.distributed.harness import TWO_RANKS, WORLD, run_ranks
 from tests.distributed.models import OPTIMIZERS, TOLERANCE
+
+pytestmark = TWO_RANKS
 
 
 class Block(torch.nn.Module):

@@ -103,3 +103,30 @@ def test_a_dynamic_batch_size_is_split_too() -> None:
     graphs = compiler.inspect(compiled).graphs
     assert [len(g.buckets) for g in graphs] == [3, 3]
     assert all(g.fallback is None for g in graphs)
+
+
+def test_a_part_whose_backend_fails_runs_eagerly_and_says_so(monkeypatch) -> None:
+    monkeypatch.delenv("COMPILER_STRICT", raising=False)
+    calls = []
+
+    def flaky(gm, example_inputs):
+        calls.append(gm)
+        if len(calls) == 2:  # the middle part
+            raise RuntimeError("no kernels today")
+        return lookup_backend("inductor")(gm, example_inputs)
+
+    torch.manual_seed(0)
+    eager = MLP()
+    model = copy.deepcopy(eager)
+    ids = {id(p) for p in model.parameters()}
+    compiled = compiler.compile(model, backend=bucketed(flaky, lambda: ids, CAPS))
+    x = torch.randn(4, 16)
+    with pytest.warns(compiler.CompilerWarning, match="no kernels today"):
+        out = compiled(x)
+    torch.testing.assert_close(out, eager(x))
+    out.sum().backward()
+    eager(x).sum().backward()
+    for p, q in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    parts = compiler.inspect(compiled).graphs[0].buckets
+    assert [b.graph.fallback for b in parts] == [None, "RuntimeError: no kernels today", None]

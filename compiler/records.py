@@ -141,7 +141,8 @@ class BucketRecord:
     nodes: list[str]  # the FX nodes of the part
     split_after: str = ""  # the last node before the cut that ends it; "" for the last part
     split_line: SourceLine | None = None  # the user line of that node
-    graph: GraphRecord | None = None  # the part's own compile (aot graphs, partition)
+    # the part's own compile (aot graphs, partition); None when the graph is one part
+    graph: GraphRecord | None = None
 
 
 @dataclass

@@ -39,9 +39,11 @@ def bucketed(backend: Backend, param_ids: Callable[[], set[int]], caps: BucketCa
     def compile_split(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         buckets = assign_buckets(gm, example_inputs, param_ids(), caps)
         record = current_graph()
+        if not any(b.params for b in buckets):
+            return backend(gm, example_inputs)  # no gradient of DDP's comes from this graph
         if len(buckets) == 1:
             if record is not None:
-                record.buckets = [_bucket_record(gm, buckets, 0, caps, record)]
+                record.buckets = [_bucket_record(gm, buckets, 0, caps, None)]
                 record.notes.append(
                     f"DDP: one gradient bucket ({_size(buckets[0].nbytes)} of parameters, "
                     f"cap {_size(caps.first)}): the graph is not split"
@@ -73,18 +75,16 @@ def bucketed(backend: Backend, param_ids: Callable[[], set[int]], caps: BucketCa
 
 
 def _split(gm: torch.fx.GraphModule, part_of: dict[torch.fx.Node, int]) -> torch.fx.GraphModule:
-    """torch's split_module, whose parts `submod_<i>` return tuples. It looks for a size
-    placeholder binding each symbolic size it meets in an example value, which the tracer's
-    dynamic graphs need not have (a symbolic size is read from the tensor input that has
-    it, compiler/backends/per_size.py): it is handed the graph without example values, and
-    the parts get them back by node name (split_module keeps the names)."""
+    """torch's split_module (parts `submod_<i>`). It looks for a size placeholder binding
+    each symbolic size it meets in an example value, which the tracer's dynamic graphs need
+    not have (a symbolic size is read from the tensor input that has it,
+    compiler/backends/per_size.py): it is handed the graph without example values, and the
+    parts get them back by node name (split_module keeps the names)."""
     values = {
         n.name: n.meta.pop("example_value") for n in gm.graph.nodes if "example_value" in n.meta
     }
     try:
-        split = split_module(
-            gm, None, part_of.__getitem__, keep_original_order=True, tuple_return=True
-        )
+        split = split_module(gm, None, part_of.__getitem__, keep_original_order=True)
     finally:
         for node in gm.graph.nodes:
             if node.name in values:

@@ -16,7 +16,7 @@ from compiler.backends.registry import (
     lookup_backend,
     register_backend,
 )
-from compiler.distributed import compile_distributed
+from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
 from compiler.records import CompiledReport, GraphRecord, Guard, compiling_graph, current_graph
 from compiler.tracer.breaks import Unsupported
@@ -70,7 +70,7 @@ def compile(
         # goes straight to `backend`, and what that does lands in the served graph's record.
         return _GraphInBackend(model, backend_fn, backend_name(backend), mode, options, served)
     config = CompileConfig(
-        backend=_with_options(backend_fn, mode, options, fullgraph),
+        backend=ddp_aware(_with_options(backend_fn, mode, options, fullgraph)),
         backend_name=backend_name(backend),
         mode=mode,
         fullgraph=fullgraph,

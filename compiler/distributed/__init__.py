@@ -1,6 +1,10 @@
 """Compiling models wrapped by torch.distributed: DistributedDataParallel (ddp.py, with the
 graph split at gradient-bucket boundaries by buckets.py and split.py) and FSDP2's
-fully_shard (fsdp.py). The collectives are torch.distributed's own, run by its hooks."""
+fully_shard (fsdp.py). The collectives are torch.distributed's own, run by its hooks.
+
+A graph is split for DDP whenever it is compiled inside a DDP forward, however the model
+was compiled: `compiler.compile(DDP(model))` and `DDP(compiler.compile(model))` alike (DDP
+marks the module whose forward runs, as torch.compile's DDPOptimizer reads it too)."""
 
 from __future__ import annotations
 
@@ -35,6 +39,32 @@ def compile_distributed(
         if wrapper.module in sys.modules and wrapper.recognise(model):
             return wrapper.compiler()(model, config, compile_module)
     return None
+
+
+def ddp_aware(backend: Callable) -> Callable:
+    """`backend`, splitting a graph at gradient-bucket boundaries when it is compiled inside
+    a DistributedDataParallel forward."""
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        ddp = _active_ddp()
+        if ddp is None:
+            return backend(gm, example_inputs)
+        from compiler.distributed.ddp import bucket_caps, reduced_param_ids
+        from compiler.distributed.split import bucketed
+
+        split = bucketed(backend, lambda: reduced_param_ids(ddp), bucket_caps(ddp))
+        return split(gm, example_inputs)
+
+    compile_graph.__name__ = getattr(backend, "__name__", "backend")
+    return compile_graph
+
+
+def _active_ddp() -> torch.nn.Module | None:
+    if WRAPPERS["DistributedDataParallel"].module not in sys.modules:
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel._get_active_ddp_module()
 
 
 def _is_ddp(model: torch.nn.Module) -> bool:

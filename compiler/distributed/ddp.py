@@ -6,13 +6,13 @@ post-forward one (finding unused parameters, static_graph's first iteration) are
 talks to the C++ reducer and the process group; tracing it would only produce graph breaks.
 The wrapped module's forward is what is compiled, in place of DDP's call of it; the reducer's
 hooks on the parameters' gradient accumulators stay where they are, so they fire when a
-compiled backward hands them a gradient. The backend is wrapped by split.py, which cuts each
-graph at DDP's gradient-bucket boundaries.
+compiled backward hands them a gradient. The graphs are compiled inside DDP's
+`_inside_ddp_forward`, so the backend (api.py wraps every one with `ddp_aware`) cuts each at
+DDP's gradient-bucket boundaries (split.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -20,7 +20,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from compiler.distributed.buckets import BucketCaps
-from compiler.distributed.split import bucketed
 from compiler.tracer.evaluator import CompileConfig, CompileContext
 
 CompileModule = Callable[[torch.nn.Module, CompileContext], torch.nn.Module]
@@ -31,16 +30,11 @@ def compile_ddp(
 ) -> torch.nn.Module:
     """A DDP object sharing `ddp`'s state (its __dict__ is `ddp`'s, so `no_sync()` on either
     holds for both) whose forward runs DDP's bookkeeping around the compiled inner module."""
-    caps = bucket_caps(ddp)
-    split = dataclasses.replace(
-        config, backend=bucketed(config.backend, lambda: reduced_param_ids(ddp), caps)
-    )
-    ctx = CompileContext(split)
+    ctx = CompileContext(config)
     inner = compile_module(ddp.module, ctx)
 
     def _run_ddp_forward(self: DistributedDataParallel, *inputs: Any, **kwargs: Any) -> Any:
-        if getattr(self, "_use_python_reducer", False):  # absent before torch 2.2
-            return inner(*inputs, **kwargs)
+        # always inside: the backend splits graphs for the DDP module active while they compile
         with self._inside_ddp_forward():
             return inner(*inputs, **kwargs)
 

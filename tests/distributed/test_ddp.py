@@ -4,8 +4,11 @@ module's graph split at gradient-bucket boundaries, trained step for step equal 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 import compiler
 from tests.distributed.harness import TWO_RANKS, run_ranks
@@ -118,6 +121,22 @@ def _static_worker(rank: int) -> None:
 
 def test_static_graph() -> None:
     run_ranks(_static_worker)
+
+
+def _ddp_of_compiled_worker(rank: int) -> None:
+    # DDP(compiler.compile(model)): the graph compiles inside DDP's forward, so it is split too
+    torch.manual_seed(0)
+    model = MLP()
+    eager = DDP(model, bucket_cap_mb=SMALL_BUCKETS)
+    inner = compiler.compile(copy.deepcopy(model))
+    compiled = DDP(inner, bucket_cap_mb=SMALL_BUCKETS)
+    train_same(eager, compiled, _mlp_batch(rank), "sgd")
+    graph = compiler.inspect(inner).graphs[0]
+    assert [b.split_after for b in graph.buckets] == ["relu", "tanh", ""]
+
+
+def test_ddp_of_a_compiled_module() -> None:
+    run_ranks(_ddp_of_compiled_worker)
 
 
 def _default_buckets_worker(rank: int) -> None:

@@ -74,8 +74,9 @@ def _unit_notes(
     read: dict[str, list[str]] = {}
     for value in example_inputs:
         name = names.get(id(value))
-        if name is not None:
-            read.setdefault(_unit_of(name, units), []).append(name)
+        unit = _unit_of(name, units) if name is not None else None
+        if unit is not None:  # None: a parameter no unit shards (the model is not one)
+            read.setdefault(unit, []).append(name)
     return [
         f"FSDP2 unit {unit or '(root)'!r}: the graph reads its parameters {', '.join(params)}, "
         "all-gathered by the unit's forward pre-hook before it runs; their gradients are "
@@ -84,7 +85,7 @@ def _unit_notes(
     ]
 
 
-def _unit_of(param: str, units: dict[str, torch.nn.Module]) -> str:
-    """The innermost unit whose path is a prefix of the parameter's."""
+def _unit_of(param: str, units: dict[str, torch.nn.Module]) -> str | None:
+    """The innermost unit whose path is a prefix of the parameter's ("" is the model)."""
     owners = [u for u in units if u == "" or param.startswith(u + ".")]
-    return max(owners, key=len) if owners else ""
+    return max(owners, key=len) if owners else None

@@ -40,10 +40,10 @@ class TwoBlocks(torch.nn.Module):
         return self.head(x)
 
 
-def _sharded(model: torch.nn.Module, mesh) -> torch.nn.Module:
+def _sharded(model: torch.nn.Module, mesh, shard_root: bool) -> torch.nn.Module:
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+    return fully_shard(model, mesh=mesh) if shard_root else model
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -56,12 +56,12 @@ def _assert_same(eager: torch.nn.Module, compiled: torch.nn.Module, tolerance: d
         torch.testing.assert_close(_full(q), _full(p), msg=name, **tolerance)
 
 
-def _worker(rank: int, optimizer: str) -> None:
+def _worker(rank: int, optimizer: str, shard_root: bool) -> None:
     mesh = init_device_mesh("cpu", (WORLD,))
     torch.manual_seed(0)
     model = TwoBlocks()
-    eager = _sharded(copy.deepcopy(model), mesh)
-    compiled = compiler.compile(_sharded(model, mesh))
+    eager = _sharded(copy.deepcopy(model), mesh, shard_root)
+    compiled = compiler.compile(_sharded(model, mesh, shard_root))
     opts = [OPTIMIZERS[optimizer](m.parameters()) for m in (eager, compiled)]
     gen = torch.Generator().manual_seed(300 + rank)
     for _ in range(3):
@@ -87,12 +87,14 @@ def _worker(rank: int, optimizer: str) -> None:
         assert graph.fallback is None and graph.aot_graphs.get("backward")
         assert any(f"FSDP2 unit 'blocks.{i}'" in n for n in graph.notes), graph.notes
     head = [g for g in functions["TwoBlocks.forward"].graphs if "head" in g.code]
-    assert len(head) == 1 and any("unit '(root)'" in n for n in head[0].notes)
+    # the head's parameters are the model's unit's when the model is sharded, else no unit's
+    assert len(head) == 1
+    assert any("unit '(root)'" in n for n in head[0].notes) == shard_root
 
 
-def test_fsdp2_two_blocks_sgd() -> None:
-    run_ranks(_worker, "sgd")
+def test_fsdp2_two_blocks_and_model_sgd() -> None:
+    run_ranks(_worker, "sgd", True)
 
 
-def test_fsdp2_two_blocks_adam() -> None:
-    run_ranks(_worker, "adam")
+def test_fsdp2_two_blocks_only_adam() -> None:
+    run_ranks(_worker, "adam", False)

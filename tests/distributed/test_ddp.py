@@ -25,9 +25,10 @@ def _mlp_batch(rank: int):
     return lambda: (torch.randn(8, 16, generator=gen), torch.randint(0, 8, (8,), generator=gen))
 
 
-def _mlp_worker(rank: int, optimizer: str) -> None:
-    eager, compiled = pair(MLP, bucket_cap_mb=SMALL_BUCKETS)
-    train_same(eager, compiled, _mlp_batch(rank), optimizer)
+def _mlp_worker(rank: int) -> None:
+    for optimizer in ("sgd", "adam"):
+        eager, compiled = pair(MLP, bucket_cap_mb=SMALL_BUCKETS)
+        train_same(eager, compiled, _mlp_batch(rank), optimizer)
     report = compiler.inspect(compiled)
     assert len(report.graphs) == 1 and not [b for f in report.functions for b in f.breaks]
     graph = report.graphs[0]
@@ -39,15 +40,11 @@ def _mlp_worker(rank: int, optimizer: str) -> None:
     ]
     assert [b.param_bytes for b in graph.buckets] == [2176, 4224, 1056]
     assert all(b.graph.aot_graphs.get("backward") for b in graph.buckets), "a part per backward"
-    assert graph.fallback is None and not graph.kernels == []
+    assert graph.fallback is None and graph.kernels
 
 
-def test_mlp_sgd() -> None:
-    run_ranks(_mlp_worker, "sgd")
-
-
-def test_mlp_adam() -> None:
-    run_ranks(_mlp_worker, "adam")
+def test_mlp_sgd_and_adam() -> None:
+    run_ranks(_mlp_worker)
 
 
 def _conv_worker(rank: int) -> None:

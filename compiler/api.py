@@ -17,6 +17,7 @@ from compiler.backends.registry import (
     lookup_backend,
     register_backend,
 )
+from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
 from compiler.records import CompiledReport, GraphRecord, Guard, compiling_graph, current_graph
 from compiler.tracer.breaks import Unsupported
@@ -85,7 +86,7 @@ def compile(
         backend_fn = verify_mode.checking_backend(backend_fn)
         run = functools.partial(verify_mode.run_verified, run_function)
     config = CompileConfig(
-        backend=backend_fn,
+        backend=ddp_aware(backend_fn),
         backend_name=backend_name(backend),
         mode=mode,
         fullgraph=fullgraph,
@@ -93,7 +94,10 @@ def compile(
     )
     ctx = CompileContext(config)
     if isinstance(model, torch.nn.Module):
-        compiled = _compile_module(model, ctx, run)
+        compile_module = functools.partial(_compile_module, run=run)
+        compiled = compile_distributed(model, config, compile_module) or compile_module(
+            model, ctx
+        )
     elif callable(model):
         compiled = _compile_callable(model, ctx, run)
     else:

@@ -158,6 +158,25 @@ class Mismatch:
 
 
 @dataclass
+class BucketRecord:
+    """One part of a graph split at DistributedDataParallel's gradient-bucket boundaries
+    (compiler/distributed/): its backward hands these parameters' gradients to DDP, whose
+    all-reduce of them then overlaps the backward of the parts before it."""
+
+    index: int  # the part's place in the forward; the backward runs the parts in reverse
+    params: list[str]  # the parameters whose gradients its backward produces (graph inputs)
+    param_bytes: int
+    # the size it was filled to: DDP's bucket_cap_mb, or for the graph's last part, whose
+    # gradients are ready first, DDP's smaller first-bucket cap
+    cap_bytes: int
+    nodes: list[str]  # the FX nodes of the part
+    split_after: str = ""  # the last node before the cut that ends it; "" for the last part
+    split_line: SourceLine | None = None  # the user line of that node
+    # the part's own compile (aot graphs, partition); None when the graph is one part
+    graph: GraphRecord | None = None
+
+
+@dataclass
 class GraphRecord:
     """One FX graph the tracer captured and what the backend made of it."""
 
@@ -178,6 +197,9 @@ class GraphRecord:
     partition: PartitionRecord | None = None  # training graphs: what the backward saves/redoes
     mismatch: Mismatch | None = None  # verify mode: where this graph's result went wrong
     verified_runs: int = 0  # verify mode: calls of this graph checked against eager
+    # under DistributedDataParallel: the parts the graph was split into, one per gradient
+    # bucket (one when a bucket holds the whole graph; empty outside DDP)
+    buckets: list[BucketRecord] = field(default_factory=list)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:

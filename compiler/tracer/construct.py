@@ -18,6 +18,7 @@ from compiler.tracer.exceptions import is_simple_exception_class
 from compiler.tracer.operations import (
     unpack_iterable,
 )
+from compiler.tracer.values.containers import dict_method
 from compiler.tracer.variables import (
     AutocastVar,
     ConstVar,
@@ -76,7 +77,7 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
         if isinstance(init, types.FunctionType):
             calls.call(tx, FunctionVar(fn=init), [obj, *args], kwargs)
         elif obj.items is not None and len(args) <= 1:
-            calls.dict_method(tx, obj.items, "update", list(args), kwargs)  # dict's __init__
+            dict_method(tx, obj.items, "update", list(args), kwargs)  # dict's __init__
         elif args or kwargs:
             raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
         return obj

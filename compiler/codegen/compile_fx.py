@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler import config
 from compiler.aot.outputs import plain_containers, returning_as_eager
+from compiler.aot.pad_matmul import pad_matmuls
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelSource, emitter_for, kernel_arguments, shared_kernels
 from compiler.codegen.wrapper import extern_lines, wrapper_source
@@ -327,6 +328,7 @@ class _Compiled:
                 aot = trace_forward(self.gm, self.inputs)
                 self.record.aot_graphs["forward"] = graph_code(aot.gm)
         with self.stage("lower"):
+            aot = pad_matmuls(aot, self.record, self.part)  # inference graphs and both halves
             # Channels-last suits oneDNN's and cuDNN's convolutions. Training halves only on
             # the devices in TRAINING_CHANNELS_LAST: the forward's saved activations then stay
             # NHWC for the backward (lowering keeps a forward's internal outputs as laid out).

@@ -25,6 +25,7 @@ for the tensors it gets).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -139,6 +140,7 @@ def pad_matmuls(aot: AotGraph, record: GraphRecord | None = None, part: str = ""
         by_name = {n.name: n for n in gm.graph.nodes}
         done = [rewriter.rewrite(by_name[n.name], *_padding(n, on_any_device)) for n in todo]
         rewriter.restore_output_strides(aot.internal_from)
+        gm.graph.eliminate_dead_code()  # the operands' views that only the matmuls read
         gm.graph.lint()
         gm.recompile()
     except Exception as exc:  # only a speed-up: the graph is compiled as it was
@@ -150,8 +152,9 @@ def pad_matmuls(aot: AotGraph, record: GraphRecord | None = None, part: str = ""
         record.aot_graphs[part or "forward"] = graph_code(gm)  # the graph that is lowered
     _note(
         record,
-        f"{what}{len(done)} matmuls of sizes that are not multiples of 16 bytes run on "
-        "zero-padded operands, for cuBLAS's aligned kernels: " + "; ".join(map(str, done)),
+        f"{what}{len(done)} matmul{'s' * (len(done) != 1)} of sizes that are not multiples "
+        "of 16 bytes run on zero-padded operands, for cuBLAS's aligned kernels: "
+        + "; ".join(map(str, done)),
     )
     return dataclasses.replace(aot, gm=gm, origins=rewriter.origins)
 
@@ -206,6 +209,7 @@ class _Rewriter:
         self.origins = origins
         self.padded: dict[tuple[torch.fx.Node, tuple[int, ...]], torch.fx.Node] = {}
         self.restrided: set[torch.fx.Node] = set()  # slices with other strides than eager's
+        self.unpadded: dict[torch.fx.Node, torch.fx.Node] = {}  # a padded copy's view -> x
 
     def rewrite(self, node: torch.fx.Node, spec: Padded, form: MatmulForm) -> Padded:
         (m, k, n), (mp, kp, np_) = spec.sizes, spec.padded
@@ -253,6 +257,7 @@ class _Rewriter:
         extra = {d: e for d, e in extra.items() if e}
         if not extra:
             return x
+        x = self.unpadded.get(x, x)
         rank = x.meta["val"].dim()
         key = (x, tuple(extra.get(d, 0) for d in range(rank)))
         if key in self.padded:
@@ -266,9 +271,36 @@ class _Rewriter:
             widths: list[int] = []
             for d in range(rank - 1, min(extra) - 1, -1):  # constant_pad_nd: last dim first
                 widths += [0, extra.get(d, 0)]
-            out = self._call(aten.constant_pad_nd.default, (x, widths, 0.0), {}, x, origin)
+            computed = x.op == "call_function" and x.target not in VIEWS
+            # a computed tensor's copy right after it, where all its readers can read it
+            where = self.graph.inserting_before(x.next) if computed else contextlib.nullcontext()
+            with where:
+                out = self._call(aten.constant_pad_nd.default, (x, widths, 0.0), {}, x, origin)
+            if computed:
+                self._read_padded(x, out, extra, origin)
         self.padded[key] = out
         return out
+
+    def _read_padded(
+        self, x: torch.fx.Node, padded: torch.fx.Node, extra: dict[int, int], origin: tuple
+    ) -> None:
+        """The other readers of `x`, a computed tensor, read it from its padded copy: then it
+        is computed once, into the padded buffer (an autocast's bfloat16 copy of an LM-head
+        weight is saved for the backward as well as multiplied)."""
+        readers = [u for u in x.users if u is not padded]
+        if not readers:
+            return
+        view = padded
+        with self.graph.inserting_before(padded.next):
+            for d in sorted(extra):
+                view = self._call(
+                    aten.slice.Tensor, (view, d, 0, x.meta["val"].shape[d]), {}, x, origin
+                )
+        for u in readers:
+            u.replace_input_with(x, view)
+        self.unpadded[view] = x
+        if tuple(view.meta["val"].stride()) != tuple(x.meta["val"].stride()):
+            self.restrided.add(view)
 
     def restore_output_strides(self, internal_from: int | None) -> None:
         """Graph outputs that are views of a sliced matmul with other strides than eager's

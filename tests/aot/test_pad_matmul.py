@@ -99,7 +99,7 @@ def test_note_says_what_was_padded(pad_all):
     compiled(torch.randn(10, 3, dtype=torch.bfloat16), torch.randn(3, 16, dtype=torch.bfloat16))
     (graph,) = compiler.inspect(compiled).graphs
     assert _padded_notes(compiler.inspect(compiled)) == [
-        "1 matmuls of sizes that are not multiples of 16 bytes run on zero-padded operands, "
+        "1 matmul of sizes that are not multiples of 16 bytes run on zero-padded operands, "
         "for cuBLAS's aligned kernels: mm 10x3 @ 3x16 bfloat16: M 10->16, K 3->8"
     ]
     assert "constant_pad_nd" in graph.aot_graphs["forward"]  # the graph that was lowered

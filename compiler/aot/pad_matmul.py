@@ -93,6 +93,11 @@ VIEWS = frozenset(
 )
 
 
+# Ops that read their input's memory by explicit strides: a view of a padded buffer in place
+# of a dense tensor would change what they read.
+READS_STRIDES = frozenset({aten.as_strided.default, aten.as_strided_scatter.default})
+
+
 @dataclass(frozen=True)
 class Padded:
     """One matmul rewritten: its op, sizes (M, K, N, and the batch or None), dtype, and the
@@ -183,8 +188,18 @@ def _padding(node: torch.fx.Node, on_any_device: bool) -> tuple[Padded, MatmulFo
     if padded == dims or m * k * n * (out.shape[0] if out.dim() == 3 else 1) < MIN_MACS:
         return None
     batch = out.shape[0] if out.dim() == 3 else None
+    restrides = padded[2] != n or (batch is not None and padded[0] != m)
+    if restrides and _reads_strides(node):
+        return None
     op = node.target.__name__.split(".")[0]
     return Padded(op, dims, batch, out.dtype, padded), form
+
+
+def _reads_strides(node: torch.fx.Node) -> bool:
+    """Whether an op of READS_STRIDES reads `node`, directly or through views."""
+    return any(
+        u.target in READS_STRIDES or (u.target in VIEWS and _reads_strides(u)) for u in node.users
+    )
 
 
 def _val(a: Any) -> Any:
@@ -288,7 +303,7 @@ class _Rewriter:
         is computed once, into the padded buffer (an autocast's bfloat16 copy of an LM-head
         weight is saved for the backward as well as multiplied)."""
         readers = [u for u in x.users if u is not padded]
-        if not readers:
+        if not readers or _reads_strides(x):
             return
         view = padded
         with self.graph.inserting_before(padded.next):

@@ -95,6 +95,13 @@ def test_under_autocast(pad_all):
     assert "bfloat16: M 6->8, K 12->16, N 29->32" in notes[0]
 
 
+def test_a_result_read_by_its_strides_is_left_alone(pad_all):
+    def fn(a, b):  # as_strided reads the memory of a dense result, not a padded buffer's
+        return (torch.as_strided(a @ b, (6, 5), (17, 2)) * 2,)
+
+    assert _check(fn, torch.randn(13, 7), torch.randn(7, 17)) == []
+
+
 def test_note_says_what_was_padded(pad_all):
     compiled = compiler.compile(lambda a, b: a @ b)
     compiled(torch.randn(10, 3, dtype=torch.bfloat16), torch.randn(3, 16, dtype=torch.bfloat16))

@@ -17,10 +17,12 @@ Which of M, K, N is a leading dimension depends on which operands are transposed
 the layouts the lowering picks, so every unaligned one is padded. An operand that is a
 permutation of a tensor is padded before the permutation, so the matmuls that read one tensor
 both ways (a linear layer's backward: grad_output @ W and grad_output^T @ x) share one padded
-copy. Nothing changes what a training forward saves: the pass runs on each half after the
-partition. A graph output that the slicing left with other strides than eager's is copied to
-eager's strides; a training forward's internal outputs stay views (its backward is compiled
-for the tensors it gets).
+copy; an operand computed in the graph is computed once, into its padded buffer, which its
+other readers read through a slice. Nothing changes what a training forward saves: the pass
+runs on each half after the partition. A graph output that the slicing left with other
+strides than eager's is copied to eager's strides; a training forward's internal outputs stay
+views (its backward is compiled for the tensors it gets). Tensors that as_strided reads keep
+their dense layout.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler import config
 from compiler.aot.outputs import plain_containers, returning_as_eager
+from compiler.aot.pad_matmul import pad_matmuls
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelEmitter, KernelSource, kernel_arguments, shared_kernels
 from compiler.codegen.emitters import emitter_for
@@ -332,6 +333,7 @@ class _Compiled:
             with self.stage("aot"):
                 aot = self._aot()
         with self.stage("lower"):
+            aot = pad_matmuls(aot, self.record, self.part)  # inference graphs and both halves
             graph = self._lower(aot, emitter, device)
         with self.stage("schedule"):
             sched = self._schedule(graph, emitter, device)

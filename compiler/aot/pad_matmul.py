@@ -39,7 +39,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from compiler import config
 from compiler.aot.trace import AotGraph
 from compiler.records import GraphRecord
-from compiler.runtime.lazy_graphs import graph_code, graph_module
+from compiler.support.lazy_graphs import graph_code, graph_module
 
 aten = torch.ops.aten
 

@@ -21,7 +21,7 @@ mkdir -p "$OUT" "$LOGS"
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 # ~13 processes share 16 cores: a few compile workers each, not 16
 export COMPILER_COMPILE_WORKERS=${COMPILER_COMPILE_WORKERS:-2} COMPILER_COMPILE_THREADS=2
-python3 -m compiler.runtime.tensor_guards build >/dev/null 2>&1 || echo "tensor guards stay in Python"
+python3 -m compiler.runtime.cpp_ext build >/dev/null 2>&1 || echo "the C++ extension is not built: guards and launches stay in Python"
 PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
 run() {  # name, command...
   local name=$1; shift

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
@@ -38,14 +38,20 @@ class KernelSource:
 _COMMENT = {"cpp": "//", "triton": "#"}
 
 
-def shared_kernels(kernels: Sequence[KernelSource]) -> dict[str, str]:
-    """Kernel name -> the name of the first kernel with the same code (itself when none).
+def shared_kernels(
+    kernels: Sequence[KernelSource], signatures: Mapping[str, Sequence[torch.dtype]]
+) -> dict[str, str]:
+    """Kernel name -> the name of the first kernel with the same code and signature (itself
+    when none).
 
     Kernels that differ only in their name and comments compile to the same code: repeated
     blocks of a network (resnet's batch norms of one shape) and an optimizer step's updates
     of same-sized parameters. The runtime compiles the first of each set and binds the others
     to it. Only whole comment lines are ignored, so kernels whose code differs in anything,
-    launch grid and configuration included, stay apart."""
+    launch grid and configuration included, stay apart. `signatures` holds each kernel's
+    pointer dtypes: a Triton kernel's text names no dtype (its loads take their pointers'
+    types), so one text is a different program for other dtypes: a copy of int32 and one of
+    float64 must never share the binary compiled for the first."""
     first: dict[tuple, str] = {}
     out: dict[str, str] = {}
     for k in kernels:
@@ -54,7 +60,8 @@ def shared_kernels(kernels: Sequence[KernelSource]) -> dict[str, str]:
         if comment is not None:
             lines = [line for line in lines if not line.lstrip().startswith(comment)]
         code = re.sub(rf"\b{re.escape(k.name)}\b", "@kernel@", "\n".join(lines))
-        key = (k.language, code, k.grid, repr(sorted(k.config.items(), key=repr)))
+        signature = tuple(signatures[k.name])
+        key = (k.language, code, signature, k.grid, repr(sorted(k.config.items(), key=repr)))
         out[k.name] = first.setdefault(key, k.name)
     return out
 

@@ -367,7 +367,7 @@ class _Compiled:
                 mode = None
             if note not in self.record.notes:
                 self.record.notes.append(note)
-        run = _runner(call, aot, mode, device, mutated)
+        run = _runner(call, aot, mode, device, mutated, self.record.notes, self.part)
         run = alias_safe(run, self.gm.forward, mutated, self.record, self.inputs)
         run.mutated_inputs = mutated
         return run
@@ -381,7 +381,8 @@ class _Compiled:
         device: torch.device,
     ) -> Callable:
         # Kernels with the same code as an earlier one are compiled once and bound to it.
-        shared = shared_kernels(list(kernels.values()))
+        signatures = {kernels[g.name].name: warm_up_dtypes(g, sched) for g in sched.kernels}
+        shared = shared_kernels(list(kernels.values()), signatures)
         self.shared = {n: first for n, first in shared.items() if n != first}  # for records
         unique = {name: k for name, k in kernels.items() if shared[k.name] == k.name}
         if len(unique) < len(kernels):
@@ -495,7 +496,13 @@ def _lines(sched: Schedule, origins: Sequence[str]) -> list:
 
 
 def _runner(
-    call: Callable, aot: AotGraph, mode: str | None, device: torch.device, mutated: list[int]
+    call: Callable,
+    aot: AotGraph,
+    mode: str | None,
+    device: torch.device,
+    mutated: list[int],
+    notes: list[str],
+    part: str,
 ) -> Callable:
     """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output`, as eager returns it
     (its structure, and the outputs that are inputs or views of them: aot/outputs.py)."""
@@ -504,5 +511,7 @@ def _runner(
     if mode == "reduce-overhead" and device.type == "cuda":
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
-        call = CudaGraphRunner(call, mutated, aot.internal_from, aot.gradients_out)
+        call = CudaGraphRunner(
+            call, mutated, aot.internal_from, aot.gradients_out, notes, f"{part} graph: " * bool(part)
+        )
     return returning_as_eager(call, aot.outputs, spec)

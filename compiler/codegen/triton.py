@@ -17,6 +17,7 @@ import re
 
 import torch
 
+from compiler import config as settings
 from compiler.codegen.common import KernelSource, store_order
 from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
 from compiler.ir.index import Index
@@ -291,6 +292,8 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     config.update(
         {"xnumel": group.outer_numel, "rnumel": group.reduction_numel, "kind": group.kind}
     )
+    if settings.emulate_precision_casts:  # eager rounds between a multiply and an add
+        config["fp_fusion"] = False
     args = ", ".join(w.args)
     nbytes = sum(
         schedule.buffers[b].storage_size() * schedule.buffers[b].dtype.itemsize for b in w.args

@@ -73,8 +73,12 @@ class CudaGraphRunner:
         mutated: Sequence[int] = (),
         internal_from: int | None = None,
         hand_out: bool = False,
+        notes: list[str] | None = None,
+        label: str = "",
     ):
         self.call = call
+        self.notes = notes  # the graph's record: what a replay copies is said there
+        self.label = label  # "forward graph: " in a training graph's record
         self.hand_out = hand_out
         self.handed_outputs: _HandedOut | None = None
         self.mutated = set(mutated)
@@ -151,12 +155,34 @@ class CudaGraphRunner:
         if self.handed_outputs is not None:
             handed = set(self.handed_outputs.positions)
             self.cloned = [i for i in self.cloned if i not in handed]
+        if self.notes is not None:
+            self._note_copies(args)
         if self.internal_from is not None:
             _handed_out.update(
                 o.data_ptr()
                 for o in self.outputs[self.internal_from :]
                 if isinstance(o, torch.Tensor)
             )
+
+    def _note_copies(self, args: list) -> None:
+        """Say in the record what each replay copies: a reduce-overhead step that is slower
+        than expected usually copies inputs the graph could have read where they are."""
+
+        def mib(tensors) -> str:
+            return f"{sum(t.numel() * t.element_size() for t in tensors) / 2**20:.1f} MiB"
+
+        owned = [args[i] for i, _ in self.owned]
+        cloned = [self.outputs[i] for i in self.cloned]
+        head = f"{self.label}CUDA graph (capture "
+        note = (
+            f"{head}{self.captures}): reads {len(self.borrowed)} inputs where "
+            f"they are (parameters, buffers) and {len(self.handed)} another graph left in its "
+            f"memory; each replay copies {len(owned)} inputs in ({mib(owned)}), "
+            f"{len(self.copy_back)} of them back, and returns {len(cloned)} outputs as "
+            f"copies ({mib(cloned)})"
+        )
+        self.notes[:] = [n for n in self.notes if not n.startswith(head)]
+        self.notes.append(note)
 
 
 class _HandedOut:

@@ -82,6 +82,9 @@ class TritonKernel:
                 self.config = tuned
                 self.autotune = False
         self.source = kernel.source
+        # Triton contracts a multiply and an add into one FMA unless told not to; eager rounds
+        # between them, which `emulate_precision_casts` kernels must do too.
+        self.options = {"enable_fp_fusion": kernel.config.get("fp_fusion", True)}
         self.launchers: dict[tuple[bool, ...], Callable] = {}  # through Triton's runtime
         # Launches through the C++ extension's CudaLaunch (compiler/runtime/triton_binary.py),
         # by pointer alignment; `launch` is the last one used, tried first. `direct_off` says
@@ -103,7 +106,7 @@ class TritonKernel:
         if INTERPRET:
             self.fn[grid](*args, **blocks)
         else:
-            self.fn[grid](*args, **blocks, num_warps=config["num_warps"])
+            self.fn[grid](*args, **blocks, num_warps=config["num_warps"], **self.options)
 
     def run(self, *args: Any) -> None:
         if self.xnumel == 0:
@@ -159,7 +162,9 @@ class TritonKernel:
         config = self.config
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
         gx, gy, gz = self._grid(config)
-        compiled = self.fn.warmup(*args, grid=(gx, gy, gz), **blocks, num_warps=config["num_warps"])
+        compiled = self.fn.warmup(
+            *args, grid=(gx, gy, gz), **blocks, num_warps=config["num_warps"], **self.options
+        )
         compiled._init_handles()
         constants = tuple(blocks[k] for k in ("XBLOCK", "RBLOCK") if k in blocks)
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
@@ -207,8 +212,9 @@ class TritonKernel:
 
         blocks = tuple((k, v) for k, v in self.config.items() if k != "num_warps")
         return Spec(
-            pointer_dtypes(args_dtypes), aligned, blocks, self.config["num_warps"], _target()
-        )
+            pointer_dtypes(args_dtypes), aligned, blocks, self.config["num_warps"], _target(),
+            self.options["enable_fp_fusion"],
+        )  # fmt: skip
 
     def _direct_launch(
         self, args_dtypes: Sequence[torch.dtype], aligned: tuple[bool, ...]
@@ -238,7 +244,9 @@ class TritonKernel:
     def _warmup(self, args_dtypes: Sequence[torch.dtype]) -> Any:
         """Triton's compile (or cache lookup) of this kernel for pointers of these dtypes."""
         blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
-        return self.fn.warmup(*args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks)
+        return self.fn.warmup(
+            *args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks, **self.options
+        )
 
     def specialisation(self, args_dtypes: Sequence[torch.dtype]) -> str | None:
         """Triton's specialisation data (JSON) for the compile `warm` would do, captured by

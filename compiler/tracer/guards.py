@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -74,6 +75,11 @@ class GuardSet:
             self._names[key] = name
             self.namespace[name] = obj
         return name
+
+    def reference(self, obj: Any, hint: str) -> str:
+        """A name the guards read `obj` by: a source for an object no local or global reaches
+        (the cell of a method found on a class)."""
+        return self._ref(obj, hint)
 
     def add(
         self, kind: str, source: str, expr: str, description: str, line: SourceLine | None
@@ -148,8 +154,28 @@ class GuardSet:
         )
 
     def identity(self, source: str, obj: Any, line: SourceLine | None = None) -> None:
-        ref = self._ref(obj, "obj")
         label = getattr(obj, "__qualname__", None) or type(obj).__name__
+        if _bound_anew(obj):
+            # `Cls.apply`, `obj.method`, `x.__add__`: each read binds a new method object, so
+            # `is` would fail on every call (a recompile per call, then eager for good).
+            # The same method is the same function bound to the same object.
+            type_ref = self._ref(type(obj), "type")
+            self_ref = self._ref(obj.__self__, "obj")
+            func = getattr(obj, "__func__", None)
+            same_func = (
+                f"{source}.__func__ is {self._ref(func, 'obj')}"
+                if func is not None
+                else f"{source}.__name__ == {obj.__name__!r}"
+            )
+            self.add(
+                "METHOD_MATCH",
+                source,
+                f"type({source}) is {type_ref} and {source}.__self__ is {self_ref} and {same_func}",
+                f"{source} is {label} bound to the same object",
+                line,
+            )
+            return
+        ref = self._ref(obj, "obj")
         self.add(
             "ID_MATCH", source, f"{source} is {ref}", f"{source} is the same {label} object", line
         )
@@ -696,3 +722,14 @@ def _value_expr(kind: str, source: str, expr: str) -> str:
         obj = "None" if expr.endswith("()") else source
         return f"___lookups_changed({check}, {obj})"
     return source
+
+
+_BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
+
+
+def _bound_anew(obj: Any) -> bool:
+    """`obj` is a method bound at each attribute read (a builtin function's `__self__` is
+    its module, read from the module's dict as one object: not such a method)."""
+    return type(obj) in _BOUND_TYPES and not isinstance(
+        getattr(obj, "__self__", None), (types.ModuleType, type(None))
+    )

@@ -200,7 +200,10 @@ class Tracer:
                 # cells holding code (`__class__`, a decorated function) are set once.
                 cell.contents = wrap_unguarded(value)
             else:
-                raise Break(f"closure variable {cell.name!r} has no source to guard")
+                # Such a function's cell object is its own for the function's life: the guards
+                # read its contents from the cell itself (a decorator's `tensor_name`).
+                source = f"{self.guards.reference(cell.cell, 'cell')}.cell_contents"
+                cell.contents = wrap(self, value, source)
         return cell.contents
 
     # ---- the run loop -------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def test_same_sized_parameters_share_one_compiled_update(monkeypatch):
     for m, share in ((shared_model, True), (alone_model, False)):
         if not share:
             monkeypatch.setattr(
-                compile_fx, "shared_kernels", lambda ks: {k.name: k.name for k in ks}
+                compile_fx, "shared_kernels", lambda ks, _: {k.name: k.name for k in ks}
             )
         opt = OPTIMIZERS["adam"](m)
         step = compiler.compile(lambda o: o.step())

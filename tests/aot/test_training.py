@@ -469,3 +469,24 @@ def test_steps_after_the_first_read_no_input_metadata(monkeypatch):
         torch.testing.assert_close(loss, expected)
         loss.backward()
     assert calls["n"] == 0
+
+
+def test_the_record_names_the_attention_kernel_of_a_training_graph_on_cpu():
+    """Issue 29: the inspector says which of torch's attention kernels ran (a training graph
+    on the CPU keeps the CPU flash attention op whole, forward and backward)."""
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(32, 3 * 32)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    model = Attention()
+    compiled = compiler.compile(model)
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    compiled(x).sum().backward()
+    notes = [n for g in compiler.inspect(compiled).graphs for n in g.notes]
+    assert any(n.startswith("attention forward: torch's FLASH_ATTENTION (CPU)") for n in notes)

@@ -17,11 +17,10 @@ namespace {
 // keeps the values; a later call (`FrozenReads()`) answers the values some checks still need
 // when nothing changed, else None (the guard function then runs in full).
 //
-// Dict version tags exist in CPython 3.11 to 3.13 (deprecated from 3.12, removed in 3.14; in
-// 3.13 the low bits are the dict watchers', which only makes a changed tag more likely); on
+// Dict version tags exist in CPython 3.11 and 3.12 (deprecated there, removed later); on
 // another Python `remember` refuses and every call runs in full.
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
 #define JC_DICT_VERSIONS 1
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -135,7 +135,7 @@ def checker_class() -> type | None:
 
 def frozen_class() -> type | None:
     """The extension's `FrozenReads` where tensor checks are in C++ by this extension and
-    this Python has dict version tags (3.11 to 3.13), else None."""
+    this Python has dict version tags (3.11, 3.12), else None."""
     checker = checker_class()
     module = _load()
     if checker is None or module is None or module.TensorChecker is not checker:

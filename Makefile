@@ -25,7 +25,7 @@ PY313 := $(VENV313)/bin/python
 STAMP313 := $(VENV313)/.setup-done
 TESTS313 ?= tests/tracer tests/backends
 
-.PHONY: setup system-deps tensor-guards lint test test313 lab
+.PHONY: setup system-deps cpp-ext lint test test313 lab
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,12 +45,13 @@ $(STAMP313): pyproject.toml Makefile | $(PY313)
 	$(PY313) -m pip install -c $(VENV313)/constraints.txt -e '.[dev]'
 	touch $@
 
-setup: $(STAMP) system-deps tensor-guards
+setup: $(STAMP) system-deps cpp-ext
 
-# The C++ tensor guard extension (compiler/runtime/tensor_guards.cpp, ~3 s), built here so a
-# first compile never waits for it; a cache hit when built. Without it the guards run in Python.
-tensor-guards: $(STAMP)
-	$(PY) -m compiler.runtime.tensor_guards build || echo "tensor guards stay in Python"
+# The C++ extension (compiler/runtime/csrc/: tensor guards, CUDA graph outputs, optimizer
+# gradient grouping, Triton kernel launches; a few seconds), built here so a first compile
+# never waits for it; a cache hit when built. Without it all of these run in Python.
+cpp-ext: $(STAMP)
+	$(PY) -m compiler.runtime.cpp_ext build || echo "the C++ extension's work stays in Python"
 
 # graphviz's `dot` renders the inspector's graphs; chromium drives the browser test.
 system-deps:

@@ -13,9 +13,12 @@ instruction, with the exception made the one `sys.exc_info()` reports, as in eag
 
 from __future__ import annotations
 
+import os
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from compiler.tracer import opcodes
 from compiler.tracer.bytecode import Code, Handler, Instr
 from compiler.tracer.opcodes import CONCRETE
 from compiler.tracer.opcodes.registry import PYTHON, Returned
@@ -86,6 +89,7 @@ CallReal = Callable[[Any, list, dict], Any]
 
 def step(frame: RealFrame, ins: Instr, call_real: CallReal) -> None:
     """Run `ins` for real; sets `frame.pc` to the next instruction, raises Returned at a return."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     frame.pc = ins.index + 1
     handler = CONCRETE.get(ins.opname)
     if handler is None:
@@ -121,6 +125,7 @@ def _while_handling(exc: BaseException, handler: Callable, *args: Any) -> None:
     sys.exc_info() reports it, a bare `raise` re-raises it, and an exception raised meanwhile
     gets it as its __context__. Raising it here must not change it: its traceback and
     context are put back before the handler runs."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     tb, context = exc.__traceback__, exc.__context__
     try:
         raise exc
@@ -133,6 +138,7 @@ def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> Non
     """Re-raise `exc` from a frame that carries the user's file, line and function name, so the
     traceback points at the user's line as it does in eager: once per frame, at the line that
     raised it first (a `finally` or `except` that re-raises it adds no line, as in eager)."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     marked = getattr(exc, "_compiler_user_frames", None)
     if marked is None:
         marked = []
@@ -141,9 +147,28 @@ def _raise_at_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> Non
     if not ins.lineno or not hasattr(exc, "__dict__") or any(f is frame for f in marked):
         raise exc
     marked.append(frame)
+    exc.__traceback__ = _without_own_frames(exc.__traceback__)
     code = compile("\n" * (ins.lineno - 1) + "raise ___exc", frame.code.code.co_filename, "exec")
     code = code.replace(co_name=frame.fn_name or frame.code.code.co_name)
     exec(code, {"___exc": exc})
+
+
+# The files of the frames that run an instruction for real: this module's and the opcode
+# handlers' (their concrete halves), none of which the user wrote.
+_OWN_FILES = (__file__, os.path.dirname(opcodes.__file__) + os.sep)
+
+
+def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` without the frames that ran the instruction (`step`, the opcode's handler), so
+    that the user's line stands where eager's traceback has it."""
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+            kept.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(kept, [*kept[1:], None]):
+        a.tb_next = b
+    return kept[0] if kept else None
 
 
 def _note_user_line(exc: BaseException, frame: RealFrame, ins: Instr) -> None:

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.runtime import autocast
+from compiler.support import autocast
 from compiler.tracer import builtin_fns, calls, objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import is_simple_exception_class
 from compiler.tracer.operations import (
     unpack_iterable,
 )
+from compiler.tracer.values.containers import dict_method
 from compiler.tracer.variables import (
     AutocastVar,
     ConstVar,
@@ -76,7 +77,7 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
         if isinstance(init, types.FunctionType):
             calls.call(tx, FunctionVar(fn=init), [obj, *args], kwargs)
         elif obj.items is not None and len(args) <= 1:
-            calls.dict_method(tx, obj.items, "update", list(args), kwargs)  # dict's __init__
+            dict_method(tx, obj.items, "update", list(args), kwargs)  # dict's __init__
         elif args or kwargs:
             raise Break(f"constructing a {cls.__qualname__} with arguments runs in Python")
         return obj
@@ -150,7 +151,7 @@ def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """`torch.autocast(...)` (or torch.cuda.amp.autocast, ...) with constant arguments: the
     real object is made, which resolves them (the default dtype of the device, a device
     without autocast switched off with torch's own warning), and the block becomes state
-    changes in the graph (compiler/runtime/autocast.py)."""
+    changes in the graph (compiler/support/autocast.py)."""
     if not all(is_python_constant(v) for v in (*args, *kwargs.values())):
         raise Break("torch.autocast with traced arguments runs in Python")
     real = cls(

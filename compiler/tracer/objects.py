@@ -222,7 +222,7 @@ def object_method(
     if name == "__init__" and obj.items is None and not args and not kwargs:
         return ConstVar(None)
     if obj.items is not None:
-        from compiler.tracer.calls import dict_method
+        from compiler.tracer.values.containers import dict_method
 
         return dict_method(tx, obj.items, name, args, kwargs)
     raise Break(f"method {name!r} of a {obj.cls.__name__} built during tracing")
@@ -263,7 +263,7 @@ def writable(obj: ObjVar, name: str) -> bool:
 def real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> Var:
     """object's own attribute methods on a real object, reached through super() from the
     ones its class writes in Python (a config's __getattribute__ and __setattr__)."""
-    from compiler.tracer.operations import object_getattribute
+    from compiler.tracer.values.user_objects import object_getattribute
 
     key = _const_name(args[0]) if args else ""
     if name == "__getattribute__" and len(args) == 1:

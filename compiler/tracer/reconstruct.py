@@ -7,7 +7,6 @@ locals, cells and stack at a graph break. Both are straight-line code generated 
 
 from __future__ import annotations
 
-import functools
 import re
 import types
 from dataclasses import dataclass, field
@@ -15,38 +14,11 @@ from typing import Any, Callable
 
 import torch
 
-from compiler.runtime.autocast import AutocastRestore
 from compiler.tracer.access import Local
-from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.guards import CompiledGuards, list_item
-from compiler.tracer.objects import AttrWrites, mapping_base
-from compiler.tracer.shapes import is_symbolic
-from compiler.tracer.variables import (
-    AttrCallVar,
-    AutocastExitVar,
-    AutocastVar,
-    CellVar,
-    ConstVar,
-    DictVar,
-    ExceptionVar,
-    FunctionVar,
-    GradExitVar,
-    GradModeVar,
-    IteratorVar,
-    ListVar,
-    MethodVar,
-    NewObjectVar,
-    NullVar,
-    ObjVar,
-    PartialVar,
-    SetVar,
-    SliceVar,
-    SuperVar,
-    TensorVar,
-    TupleVar,
-    Var,
-    tuple_kind,
-)
+from compiler.tracer.objects import AttrWrites
+from compiler.tracer.values.table import ops_of
+from compiler.tracer.variables import CellVar, TensorVar, Var
 
 
 class GradRestore:
@@ -59,19 +31,8 @@ class GradRestore:
         torch._C._set_grad_enabled(self.restore)
 
 
-_SIMPLE_LITERALS = (int, str, bytes, bool, type(None))
 # Expressions whose value no write of the rebuild code changes (see Emitter.snapshot).
 _STABLE_EXPR = re.compile(r"[A-Za-z_]\w*|L\['\w+'\]|O\[\d+\]|-?\d+(\.\d*)?(e[+-]?\d+)?")
-
-# A tuple of a class other than tuple, from its items, by the class's kind (tuple_kind): a
-# namedtuple takes them as arguments; torch.Size, a structseq (torch.return_types.sort, ...)
-# and other tuple subclasses take one sequence, as tuple does.
-_TUPLE_BUILDS = {
-    "namedtuple": "{cls}({items})",
-    "size": "{cls}([{items}])",
-    "structseq": "{cls}([{items}])",
-    "subclass": "{cls}([{items}])",
-}
 
 
 @dataclass
@@ -111,103 +72,18 @@ class Emitter:
         if key in self.memo:
             return self.memo[key]
         out = self._expr(v)
-        if (
-            isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar, FunctionVar, IteratorVar))
-            and not v.source
-        ):
+        if ops_of(v).one_object and not v.source:
             out = self.temp(out)  # one object, however often it is referenced
         self.memo[key] = out
         return out
 
     def _expr(self, v: Var) -> str:
-        if isinstance(v, TensorVar):
-            if v.node.op == "placeholder" and v.source:
-                return v.source
-            return f"O[{self.outputs[id(v.node)]}]"
-        if isinstance(v, ConstVar):
-            value = v.value
-            if self.sym_text is not None and is_symbolic(value):
-                return self.sym_text(value, self.ref)
-            if type(value) in _SIMPLE_LITERALS or (
-                type(value) is float and value == value and abs(value) != float("inf")
-            ):
-                return repr(value)
-            return self.ref(value)
-        if isinstance(v, NullVar):
-            return self.ref(REAL_NULL, "null")
-        if v.source:
+        ops = ops_of(v)
+        if v.source and ops.source_first:
             return v.source
-        if isinstance(v, ObjVar):
-            return self.ref(v.value, "obj")
-        if isinstance(v, ListVar):
-            items = "[" + ", ".join(self.expr(i) for i in v.items) + "]"
-            return items if v.cls is list else f"{self.ref(v.cls, 'cls')}({items})"
-        if isinstance(v, TupleVar):
-            inner = ", ".join(self.expr(i) for i in v.items)
-            if v.cls is tuple:
-                return f"({inner},)" if len(v.items) == 1 else f"({inner})"
-            return _TUPLE_BUILDS[tuple_kind(v.cls)].format(cls=self.ref(v.cls, "cls"), items=inner)
-        if isinstance(v, DictVar):
-            inner = ", ".join(
-                f"{self.ref(k, 'k') if type(k) not in _SIMPLE_LITERALS else repr(k)}: {self.expr(i)}"
-                for k, i in v.items.items()
-            )
-            if v.cls is dict:
-                return "{" + inner + "}"
-            return f"{self.ref(v.cls, 'cls')}({{{inner}}})"
-        if isinstance(v, SetVar):
-            return "{" + ", ".join(self.expr(i) for i in v.items) + "}" if v.items else "set()"
-        if isinstance(v, SliceVar):
-            return f"slice({self.expr(v.start)}, {self.expr(v.stop)}, {self.expr(v.step)})"
-        if isinstance(v, IteratorVar) and v.seq is not None:
-            return f"{self.ref(_iterator_at, 'fn')}({self.expr(v.seq)}, {v.index})"
-        if isinstance(v, IteratorVar):
-            return "iter([" + ", ".join(self.expr(i) for i in v.items[v.index :]) + "])"
-        if isinstance(v, FunctionVar):
-            if v.fn is not None:
-                return self.ref(v.fn, "fn")
-            closure = "None"
-            if v.closure:
-                closure = "(" + "".join(self.cell(c) + ", " for c in v.closure) + ")"
-            defaults = self.expr(v.defaults) if v.defaults is not None else "None"
-            fn = f"{self.ref(types.FunctionType, 'cls')}({self.ref(v.code, 'code')}, {self.ref(v.globals, 'g')}, {v.name!r}, {defaults}, {closure})"
-            if v.kwdefaults is not None:
-                return f"{self.ref(_with_kwdefaults, 'fn')}({fn}, {self.expr(v.kwdefaults)})"
-            return fn
-        if isinstance(v, MethodVar):
-            return (
-                f"{self.ref(types.MethodType, 'cls')}({self.expr(v.func)}, {self.expr(v.self_var)})"
-            )
-        if isinstance(v, AttrCallVar):
-            return f"getattr({self.expr(v.obj)}, {v.name!r})"
-        if isinstance(v, GradExitVar):
-            return self.ref(GradRestore(v.restore), "exit")
-        if isinstance(v, GradModeVar):
-            return f"{self.ref(torch.set_grad_enabled, 'fn')}({v.enabled})"
-        if isinstance(v, AutocastExitVar):
-            return self.ref(AutocastRestore(v.device_type, v.before), "exit")
-        if isinstance(v, AutocastVar):
-            return self.ref(
-                torch.autocast(v.device_type, dtype=v.dtype, enabled=v.enabled), "autocast"
-            )
-        if isinstance(v, NewObjectVar):
-            fields = ", ".join(f"{k!r}: {self.expr(i)}" for k, i in v.fields.items())
-            items = self.expr(v.items) if v.items is not None else "None"
-            return f"{self.ref(_new_object, 'fn')}({self.ref(v.cls, 'cls')}, {{{fields}}}, {items})"
-        if isinstance(v, PartialVar):
-            args = "".join(f"{self.expr(a)}, " for a in v.args)
-            kwargs = "".join(f"{k}={self.expr(a)}, " for k, a in v.kwargs.items())
-            return f"{self.ref(functools.partial, 'cls')}({self.expr(v.func)}, {args}{kwargs})"
-        if isinstance(v, SuperVar):
-            return f"super({self.ref(v.cls, 'cls')}, {self.expr(v.obj)})"
-        if isinstance(v, CellVar):
-            return self.cell(v)
-        if isinstance(v, ExceptionVar) and v.cause is None:
-            # an exception raised and caught in the trace, kept in a variable: its class and
-            # arguments (the traceback of a raise that happened only in the trace is empty)
-            args = "".join(f"{self.expr(a)}, " for a in v.args)
-            return f"{self.ref(v.cls, 'cls')}({args})"
-        raise TypeError(f"cannot rebuild a {type(v).__name__}")
+        if ops.rebuild is None:
+            raise TypeError(f"cannot rebuild a {type(v).__name__}")
+        return ops.rebuild(self, v)
 
     def cell(self, c: CellVar) -> str:
         """The real cell object for a cell var (closures that leave the graph need real cells)."""
@@ -225,34 +101,6 @@ class Emitter:
         return expr
 
 
-def _iterator_at(seq: list, index: int) -> Any:
-    """A real iterator over `seq`, `index` items in (an iterator over a list the trace made
-    or read, which must iterate that very list)."""
-    it = iter(seq)
-    for _ in range(index):
-        next(it)
-    return it
-
-
-def _advance(it: Any, n: int) -> None:
-    """Consume `n` items of the real iterator `it`: as many as the trace did."""
-    for _ in range(n):
-        next(it)
-
-
-def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
-    """An instance built in the trace, made for real from its state, as its constructor left
-    it: no constructor runs again. The mapping of a dict subclass is filled through the
-    builtin base's methods, which the subclass may have replaced (ModelOutput's raise)."""
-    obj = cls.__new__(cls)
-    if items:
-        base = mapping_base(cls)
-        for key, value in items.items():
-            base.__setitem__(obj, key, value)
-    obj.__dict__.update(fields)
-    return obj
-
-
 def side_effects(
     em: Emitter, values: list[Var], attr_writes: list[AttrWrites], cells: list[CellVar]
 ) -> list[str]:
@@ -267,32 +115,11 @@ def side_effects(
         if id(v) in seen:
             return
         seen.add(id(v))
-        children: list[Var] = []
-        if isinstance(v, (ListVar, TupleVar, SetVar, IteratorVar)):
-            children = list(v.items)
-        elif isinstance(v, DictVar):
-            children = list(v.items.values())
-        elif isinstance(v, NewObjectVar):
-            children = list(v.fields.values())
-        elif isinstance(v, CellVar) and v.contents is not None:
-            children = [v.contents]
-        for c in children:
+        ops = ops_of(v)
+        for c in ops.replay_children(v) if ops.replay_children is not None else ():
             visit(c)
-        if isinstance(v, ListVar) and v.mutated and v.source:
-            new = em.temp(f"[{', '.join(em.expr(i) for i in v.items)}]")
-            target = em.snapshot(v.source)
-            lines.append(f"    {target}[:] = {new}")
-        if isinstance(v, IteratorVar) and v.source and v.index > v.start:
-            advance = em.ref(_advance, "fn")
-            lines.append(f"    {advance}({em.snapshot(v.source)}, {v.index - v.start})")
-        if isinstance(v, DictVar) and v.mutated and v.source:
-            # through the builtin mapping's methods: a subclass's own may do more (or refuse)
-            base = em.ref(mapping_base(v.cls), "cls")
-            items = ", ".join(f"{em.ref(k, 'k')}: {em.expr(i)}" for k, i in v.items.items())
-            new = em.temp(f"{{{items}}}")
-            target = em.snapshot(v.source)
-            lines.append(f"    {base}.clear({target})")
-            lines.append(f"    for k, v in {new}.items(): {base}.__setitem__({target}, k, v)")
+        if ops.replay is not None:
+            ops.replay(em, v, lines)
 
     for v in values:
         visit(v)
@@ -310,11 +137,6 @@ def side_effects(
             new = em.snapshot(em.expr(c.contents))
             lines.append(f"    {em.snapshot(em.cell(c))}.cell_contents = {new}")
     return lines
-
-
-def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.FunctionType:
-    fn.__kwdefaults__ = kwdefaults
-    return fn
 
 
 def compile_fetch(

@@ -80,6 +80,7 @@ class TraceResult:
     frame: SymFrame | None = None  # the root frame, before the breaking instruction
     reason: str = ""
     user_stack: list[SourceLine] = field(default_factory=list)
+    break_kind: str = "unsupported"  # keys the fix suggested for a break (hints.py)
 
 
 class Tracer:
@@ -92,7 +93,7 @@ class Tracer:
         stack: list,
         cells: dict,
         pc: int,
-        break_at: tuple[int, str, list[SourceLine]] | None,
+        break_at: tuple[int, str, list[SourceLine], str] | None,
         fn_name: str,
         dynamic: DynamicPolicy | None = None,
         constants: list | None = None,
@@ -216,7 +217,11 @@ class Tracer:
             if self.break_at is not None and frame.pc == self.break_at[0]:
                 return self._ended(
                     TraceResult(
-                        "break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2]
+                        "break",
+                        frame=frame,
+                        reason=self.break_at[1],
+                        user_stack=self.break_at[2],
+                        break_kind=self.break_at[3],
                     )
                 )
             saved_stack = list(frame.stack)
@@ -226,30 +231,43 @@ class Tracer:
                 result = self.step(frame, ins)
             except Restart as r:
                 self.current_root_pc = r.pc
-                return TraceResult("restart", reason=r.reason, user_stack=[frame.line()])
+                return TraceResult(
+                    "restart", reason=r.reason, user_stack=[frame.line()], break_kind=r.kind
+                )
             except Break as b:
                 if self.unwound is not None:
                     return self._restart_at_raise(
-                        f"{b.reason} (in an exception handler)", [frame.line()]
+                        f"{b.reason} (in an exception handler)", [frame.line()], b.kind
                     )
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 return self._ended(
-                    TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
+                    TraceResult(
+                        "break",
+                        frame=frame,
+                        reason=b.reason,
+                        user_stack=[frame.line()],
+                        break_kind=b.kind,
+                    )
                 )
             except InlineBreak as b:
                 if self.unwound is not None:
-                    return self._restart_at_raise(b.reason, [frame.line(), *b.user_stack])
+                    return self._restart_at_raise(b.reason, [frame.line(), *b.user_stack], b.kind)
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 self.current_root_pc = frame.pc
                 return TraceResult(
-                    "restart", reason=b.reason, user_stack=[frame.line(), *b.user_stack]
+                    "restart",
+                    reason=b.reason,
+                    user_stack=[frame.line(), *b.user_stack],
+                    break_kind=b.kind,
                 )
             except Raised as r:
                 reason = f"{describe_exception(r.exc)} is raised here and not caught in the graph; it is raised again in Python"
                 if self.unwound is not None:
-                    return self._restart_at_raise(reason, r.user_stack or [frame.line()])
+                    return self._restart_at_raise(
+                        reason, r.user_stack or [frame.line()], "exception"
+                    )
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 return self._ended(
@@ -258,6 +276,7 @@ class Tracer:
                         frame=frame,
                         reason=reason,
                         user_stack=r.user_stack or [frame.line()],
+                        break_kind="exception",
                     )
                 )
             if result is not None:
@@ -278,22 +297,27 @@ class Tracer:
             generators.check_live(self, roots)
         except Restart as r:
             self.current_root_pc = r.pc
-            return TraceResult("restart", reason=r.reason, user_stack=result.user_stack)
+            return TraceResult(
+                "restart", reason=r.reason, user_stack=result.user_stack, break_kind=r.kind
+            )
         return result
 
-    def _restart_at_raise(self, reason: str, user_stack: list[SourceLine]) -> TraceResult:
+    def _restart_at_raise(
+        self, reason: str, user_stack: list[SourceLine], kind: str
+    ) -> TraceResult:
         """Trace again, ending the graph before the root-frame instruction that raised the
         exception whose handling the trace could not finish: that instruction then raises it
         for real."""
         self.current_root_pc = self.unwound
-        return TraceResult("restart", reason=reason, user_stack=user_stack)
+        return TraceResult("restart", reason=reason, user_stack=user_stack, break_kind=kind)
 
     def step(self, frame: SymFrame, ins: Instr) -> Var | None:
         self.instructions_run += 1
         self.current_frame = frame
         if self.instructions_run > MAX_INSTRUCTIONS:
             raise Break(
-                f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)"
+                f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)",
+                "long_loop",
             )
         handler = TRACED.get(ins.opname)
         if handler is None:
@@ -374,9 +398,9 @@ class Tracer:
                 try:
                     result = self.step(child, ins)
                 except Break as b:
-                    raise InlineBreak(b.reason, [child.line()]) from None
+                    raise InlineBreak(b.reason, [child.line()], b.kind) from None
                 except InlineBreak as b:
-                    raise InlineBreak(b.reason, [child.line(), *b.user_stack]) from None
+                    raise InlineBreak(b.reason, [child.line(), *b.user_stack], b.kind) from None
                 except Raised:
                     if self.unwound is None:
                         self.unwound = self.root_pc  # the callee's effects so far are in the trace

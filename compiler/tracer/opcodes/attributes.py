@@ -97,7 +97,7 @@ class ImportName:
         level = ops.as_python_constant_or_none(tx.pop(frame))
         name = ins.argval
         if level != 0 or name not in sys.modules:
-            raise Break(f"import {name} runs in Python (the module is not imported yet)")
+            raise Break(f"import {name} runs in Python (the module is not imported yet)", "import")
         module = sys.modules[name] if fromlist else sys.modules[name.split(".")[0]]
         tx.push(frame, ObjVar(module))
 

@@ -199,7 +199,7 @@ def _real_global(f, name: str):
 @opcode("STORE_GLOBAL")
 class StoreGlobal:
     def traced(tx, frame, ins):
-        raise Break(f"assignment to global {ins.argval!r} runs in Python")
+        raise Break(f"assignment to global {ins.argval!r} runs in Python", "global_write")
 
     def concrete(f, ins, call_real):
         f.globals[ins.argval] = f.stack.pop()

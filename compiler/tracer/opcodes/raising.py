@@ -68,7 +68,7 @@ def exception_value(v: Var) -> ExceptionVar:
         return v
     if isinstance(v, ObjVar) and is_simple_exception_class(v.value):
         return ExceptionVar(v.value, [])
-    raise Break(f"raise of {ops.describe(v)} runs in Python")
+    raise Break(f"raise of {ops.describe(v)} runs in Python", "exception")
 
 
 @opcode("RERAISE")
@@ -179,7 +179,7 @@ class BeforeWith:
                 raise Break("`with torch.autocast(...) as name` runs in Python")
             frame.stack.pop()
             before = tx.builder.autocast[ctx.device_type]
-            # the weight-cast cache stays off inside (compiler/runtime/autocast.py)
+            # the weight-cast cache stays off inside (compiler/support/autocast.py)
             tx.builder.set_autocast(ctx.device_type, (ctx.enabled, ctx.dtype, False))
             tx.push(frame, AutocastExitVar(ctx.device_type, before))
             tx.push(frame, ConstVar(None))
@@ -208,7 +208,7 @@ def python_context_methods(ctx: Var) -> tuple[FunctionVar, FunctionVar]:
         cls = type(ctx.value)  # torch's context managers change global state: not inlined
     found = [getattr(cls, name, None) for name in ("__enter__", "__exit__")] if cls else []
     if len(found) != 2 or not all(isinstance(f, types.FunctionType) for f in found):
-        raise Break(f"`with` over {ops.describe(ctx)} runs in Python")
+        raise Break(f"`with` over {ops.describe(ctx)} runs in Python", "context_manager")
     return FunctionVar(fn=found[0]), FunctionVar(fn=found[1])
 
 

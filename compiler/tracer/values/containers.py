@@ -1,0 +1,382 @@
+"""Lists, tuples (namedtuples, torch.Size, structseqs), dicts and slices built or read by the
+trace. A list or dict from outside the graph is changed symbolically; the change is replayed
+on the real one after the graph runs (`replay`)."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any, Callable
+
+from compiler.tracer import builtin_fns, objects, operations
+from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.exceptions import raise_python
+from compiler.tracer.values.numbers import SIMPLE_LITERALS
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps
+from compiler.tracer.variables import (
+    AttrCallVar,
+    ConstVar,
+    DictVar,
+    ExceptionVar,
+    FunctionVar,
+    IteratorVar,
+    ListVar,
+    MethodVar,
+    SetVar,
+    SliceVar,
+    TupleVar,
+    Var,
+    as_python_constant,
+    tuple_fields,
+    tuple_kind,
+)
+
+if TYPE_CHECKING:
+    from compiler.tracer.reconstruct import Emitter
+    from compiler.tracer.translator import Tracer
+
+# A tuple of a class other than tuple, from its items, by the class's kind (tuple_kind): a
+# namedtuple takes them as arguments; torch.Size, a structseq (torch.return_types.sort, ...)
+# and other tuple subclasses take one sequence, as tuple does.
+_TUPLE_BUILDS = {
+    "namedtuple": "{cls}({items})",
+    "size": "{cls}([{items}])",
+    "structseq": "{cls}([{items}])",
+    "subclass": "{cls}([{items}])",
+}
+
+
+# ---- lists and tuples ---------------------------------------------------------------------------
+
+
+def _sequence_getitem(tx: Tracer, obj: ListVar | TupleVar, index: Var) -> Var:
+    key = operations.const_index(index)
+    if isinstance(key, slice):
+        items = obj.items[key]
+        return ListVar(list(items)) if isinstance(obj, ListVar) else TupleVar(list(items))
+    try:
+        return obj.items[key]
+    except (IndexError, TypeError) as e:
+        raise raise_python(e) from None
+
+
+def _list_setitem(tx: Tracer, lst: ListVar, index: Var, value: Var) -> None:
+    key = operations.const_index(index)
+    if isinstance(key, slice):
+        operations.mutable_list(tx, lst).items[key] = operations.unpack_iterable(tx, value)
+    else:
+        operations.mutable_list(tx, lst).items[key] = value
+
+
+def _list_delitem(tx: Tracer, lst: ListVar, index: Var) -> None:
+    del operations.mutable_list(tx, lst).items[operations.const_index(index)]
+
+
+def _list_binary(tx: Tracer, op: Callable, a: ListVar, b: Var) -> Var:
+    # `+=` and `*=` change a list in place (every reference sees it); `+` and `*` make a new one
+    if op is operator.iadd:
+        operations.mutable_list(tx, a).items.extend(operations.unpack_iterable(tx, b))
+        return a
+    if a.cls is list and op is operator.imul and isinstance(b, ConstVar):
+        items = operations.mutable_list(tx, a).items
+        items[:] = items * b.value
+        return a
+    return _sequence_binary(tx, op, a, b)
+
+
+def _sequence_binary(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
+    if isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
+        return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
+    if isinstance(b, ConstVar) and op in (operator.mul, operator.imul):
+        items = a.items * b.value
+        return ListVar(items) if isinstance(a, ListVar) else TupleVar(items)
+    return NotImplemented
+
+
+def _fold_method(name: str) -> Method:
+    """A list method that reads it, computed on its constant items."""
+
+    def method(tx: Tracer, lst: ListVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        return builtin_fns.fold(tx, getattr(as_python_constant(lst), name), args, {})
+
+    return method
+
+
+def _tuple_fold_method(name: str) -> Method:
+    def method(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        return builtin_fns.fold(tx, getattr(tuple(as_python_constant(t)), name), args, kwargs)
+
+    return method
+
+
+def _list_change(change: Callable[[Tracer, list[Var], list[Var]], Any]) -> Method:
+    """A list method that changes the list in place: returns None unless `change` gives a
+    value (pop)."""
+
+    def method(tx: Tracer, lst: ListVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        out = change(tx, operations.mutable_list(tx, lst).items, args)
+        return ConstVar(None) if out is None else out
+
+    return method
+
+
+LIST_METHODS: dict[str, Method] = {
+    "index": _fold_method("index"),
+    "count": _fold_method("count"),
+    "__len__": _fold_method("__len__"),
+    "copy": lambda tx, lst, args, kwargs: ListVar(list(lst.items)),
+    "append": _list_change(lambda tx, items, args: items.append(args[0])),
+    "extend": _list_change(
+        lambda tx, items, args: items.extend(operations.unpack_iterable(tx, args[0]))
+    ),
+    "insert": _list_change(
+        lambda tx, items, args: items.insert(as_python_constant(args[0]), args[1])
+    ),
+    "pop": _list_change(
+        lambda tx, items, args: items.pop(as_python_constant(args[0]) if args else -1)
+    ),
+    "clear": _list_change(lambda tx, items, args: items.clear()),
+    "reverse": _list_change(lambda tx, items, args: items.reverse()),
+}
+
+
+def _list_method(tx: Tracer, lst: ListVar, name: str, args: list[Var], kwargs: dict) -> Var:
+    operations.mutable_list(tx, lst)
+    raise Break(f"list.{name} is not traced")
+
+
+def _tuple_attr(tx: Tracer, t: TupleVar, name: str) -> Var:
+    fields = tuple_fields(t.cls)
+    if name in fields:
+        return t.items[fields.index(name)]
+    return AttrCallVar(t, name)
+
+
+def _list_rebuild(em: Emitter, lst: ListVar) -> str:
+    items = "[" + ", ".join(em.expr(i) for i in lst.items) + "]"
+    return items if lst.cls is list else f"{em.ref(lst.cls, 'cls')}({items})"
+
+
+def _tuple_rebuild(em: Emitter, t: TupleVar) -> str:
+    inner = ", ".join(em.expr(i) for i in t.items)
+    if t.cls is tuple:
+        return f"({inner},)" if len(t.items) == 1 else f"({inner})"
+    return _TUPLE_BUILDS[tuple_kind(t.cls)].format(cls=em.ref(t.cls, "cls"), items=inner)
+
+
+def _list_replay(em: Emitter, lst: ListVar, lines: list[str]) -> None:
+    if lst.mutated and lst.source:
+        new = em.temp(f"[{', '.join(em.expr(i) for i in lst.items)}]")
+        target = em.snapshot(lst.source)
+        lines.append(f"    {target}[:] = {new}")
+
+
+def _list_iter(tx: Tracer, lst: ListVar) -> Var:
+    if lst.cls is list:
+        return IteratorVar(lst.items, seq=lst)  # a live view: it sees the list's later changes
+    return NotImplemented
+
+
+VALUE_OPS[ListVar] = ValueOps(
+    attr=lambda tx, lst, name: AttrCallVar(lst, name),
+    methods=LIST_METHODS,
+    method=_list_method,
+    getitem=_sequence_getitem,
+    setitem=_list_setitem,
+    delitem=_list_delitem,
+    binary=_list_binary,
+    truth=lambda tx, lst: bool(lst.items),
+    iterate=lambda tx, lst: list(lst.items),
+    get_iter=_list_iter,
+    rebuild=_list_rebuild,
+    one_object=True,
+    replay_children=lambda lst: list(lst.items),
+    replay=_list_replay,
+)
+
+VALUE_OPS[TupleVar] = ValueOps(
+    attr=_tuple_attr,
+    methods={"index": _tuple_fold_method("index"), "count": _tuple_fold_method("count")},
+    getitem=_sequence_getitem,
+    binary=_sequence_binary,
+    truth=lambda tx, t: bool(t.items),
+    iterate=lambda tx, t: list(t.items),
+    rebuild=_tuple_rebuild,
+    replay_children=lambda t: list(t.items),
+)
+
+
+# ---- dicts --------------------------------------------------------------------------------------
+
+
+def _dict_get(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    key = operations.dict_key(args[0])
+    return d.items.get(key, args[1] if len(args) > 1 else ConstVar(None))
+
+
+def _dict_getitem_method(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    key = operations.dict_key(args[0])
+    if key not in d.items:
+        raise Raised(ExceptionVar(KeyError, [args[0]]))
+    return d.items[key]
+
+
+def _dict_change(change: Callable[[Tracer, dict, list[Var], dict[str, Var]], Any]) -> Method:
+    """A dict method that changes the dict in place: returns None unless `change` gives a
+    value (pop, setdefault)."""
+
+    def method(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        out = change(tx, operations.mutable_dict(tx, d).items, args, kwargs)
+        return ConstVar(None) if out is None else out
+
+    return method
+
+
+def _dict_setitem(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str, Var]) -> None:
+    items[operations.dict_key(args[0])] = args[1]
+
+
+def _dict_pop(name: str) -> Callable[[Tracer, dict, list[Var], dict[str, Var]], Any]:
+    def change(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str, Var]) -> Any:
+        key = operations.dict_key(args[0])
+        if key in items:
+            value = items.pop(key)
+            return value if name == "pop" else None
+        if name == "pop" and len(args) > 1:
+            return args[1]
+        raise Raised(ExceptionVar(KeyError, [args[0]]))
+
+    return change
+
+
+def _dict_update(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str, Var]) -> None:
+    for a in args:
+        items.update(operations.as_dict(tx, a).items)
+    items.update(kwargs)
+
+
+def _dict_setdefault(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    key = operations.dict_key(args[0])
+    return items.setdefault(key, args[1] if len(args) > 1 else ConstVar(None))
+
+
+DICT_METHODS: dict[str, Method] = {
+    "items": lambda tx, d, args, kwargs: ListVar(
+        [TupleVar([ConstVar(k), v]) for k, v in d.items.items()]
+    ),
+    # a keys view compares and combines as a set, and iterates in insertion order
+    "keys": lambda tx, d, args, kwargs: SetVar([ConstVar(k) for k in d.items]),
+    "__iter__": lambda tx, d, args, kwargs: IteratorVar([ConstVar(k) for k in d.items], seq=d),
+    "values": lambda tx, d, args, kwargs: ListVar(list(d.items.values())),
+    "get": _dict_get,
+    "copy": lambda tx, d, args, kwargs: DictVar(dict(d.items), cls=d.cls),
+    "__getitem__": _dict_getitem_method,
+    "__contains__": lambda tx, d, args, kwargs: ConstVar(operations.dict_key(args[0]) in d.items),
+    "__len__": lambda tx, d, args, kwargs: ConstVar(len(d.items)),
+    "__setitem__": _dict_change(_dict_setitem),
+    "__delitem__": _dict_change(_dict_pop("__delitem__")),
+    "pop": _dict_change(_dict_pop("pop")),
+    "update": _dict_change(_dict_update),
+    "setdefault": _dict_change(_dict_setdefault),
+    "clear": _dict_change(lambda tx, items, args, kwargs: items.clear()),
+}
+
+
+def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """dict's own method `name` (never a subclass's override: the caller resolved those)."""
+    method = DICT_METHODS.get(name)
+    if method is not None:
+        return method(tx, d, args, kwargs)
+    operations.mutable_dict(tx, d)
+    raise Break(f"dict.{name} is not traced")
+
+
+def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
+    if d.cls is not dict:
+        method = objects.python_method(d.cls, name)  # a dict subclass's own method
+        if method is not None:
+            return MethodVar(FunctionVar(fn=method), d)
+    return AttrCallVar(d, name)
+
+
+def _dict_getitem(tx: Tracer, d: DictVar, index: Var) -> Var:
+    key = operations.const_index(index)
+    if key not in d.items:
+        raise Raised(ExceptionVar(KeyError, [index]))
+    return d.items[key]
+
+
+def _dict_setitem_op(tx: Tracer, d: DictVar, index: Var, value: Var) -> Any:
+    if d.cls is not dict:
+        return NotImplemented
+    operations.mutable_dict(tx, d).items[operations.dict_key(index)] = value
+    return None
+
+
+def _dict_mapping(tx: Tracer, d: DictVar, name: str, args: list[Var]) -> Var:
+    return dict_method(
+        tx, d if name == "__getitem__" else operations.mutable_dict(tx, d), name, args, {}
+    )
+
+
+def _dict_binary(tx: Tracer, op: Callable, a: DictVar, b: Var) -> Var:
+    # `|=` changes the dict in place (every reference sees it); `|` makes a new one
+    if a.cls is dict and op is operator.ior and isinstance(b, DictVar):
+        operations.mutable_dict(tx, a).items.update(b.items)
+        return a
+    if isinstance(b, DictVar) and op in (operator.or_, operator.ior):
+        return DictVar({**a.items, **b.items})
+    return NotImplemented
+
+
+def _dict_iter(tx: Tracer, d: DictVar) -> Var:
+    if d.cls is dict:
+        return IteratorVar([ConstVar(k) for k in d.items], seq=d)
+    return NotImplemented
+
+
+def _dict_rebuild(em: Emitter, d: DictVar) -> str:
+    inner = ", ".join(
+        f"{em.ref(k, 'k') if type(k) not in SIMPLE_LITERALS else repr(k)}: {em.expr(i)}"
+        for k, i in d.items.items()
+    )
+    if d.cls is dict:
+        return "{" + inner + "}"
+    return f"{em.ref(d.cls, 'cls')}({{{inner}}})"
+
+
+def _dict_replay(em: Emitter, d: DictVar, lines: list[str]) -> None:
+    if d.mutated and d.source:
+        # through the builtin mapping's methods: a subclass's own may do more (or refuse)
+        base = em.ref(objects.mapping_base(d.cls), "cls")
+        items = ", ".join(f"{em.ref(k, 'k')}: {em.expr(i)}" for k, i in d.items.items())
+        new = em.temp(f"{{{items}}}")
+        target = em.snapshot(d.source)
+        lines.append(f"    {base}.clear({target})")
+        lines.append(f"    for k, v in {new}.items(): {base}.__setitem__({target}, k, v)")
+
+
+VALUE_OPS[DictVar] = ValueOps(
+    attr=_dict_attr,
+    methods=DICT_METHODS,
+    method=lambda tx, d, name, args, kwargs: dict_method(tx, d, name, args, kwargs),
+    getitem=_dict_getitem,
+    setitem=_dict_setitem_op,
+    mapping=_dict_mapping,
+    binary=_dict_binary,
+    truth=lambda tx, d: bool(d.items),
+    contains=lambda tx, d, item: operations.dict_key(item) in d.items,
+    iterate=lambda tx, d: [ConstVar(k) for k in d.items],
+    get_iter=_dict_iter,
+    rebuild=_dict_rebuild,
+    one_object=True,
+    replay_children=lambda d: list(d.items.values()),
+    replay=_dict_replay,
+)
+
+
+# ---- slices -------------------------------------------------------------------------------------
+
+
+VALUE_OPS[SliceVar] = ValueOps(
+    rebuild=lambda em, s: f"slice({em.expr(s.start)}, {em.expr(s.stop)}, {em.expr(s.step)})",
+)

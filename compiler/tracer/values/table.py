@@ -1,0 +1,78 @@
+"""The table of value kinds: for each kind of tracer value, what attribute access, calls,
+methods, subscripts, operators, truth, iteration and rebuilding do with it.
+
+Each family module of this package registers its kinds (`VALUE_OPS[ListVar] = ValueOps(...)`);
+operations.py, calls.py and reconstruct.py look the handlers up here instead of testing kinds
+one after the other, so that a new kind of value is one new module. A slot left at None means
+the kind does not support that operation: the dispatcher breaks the graph (or, for rebuilding,
+raises) with the message it always gave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from compiler.tracer.variables import Var
+
+if TYPE_CHECKING:
+    from compiler.tracer.reconstruct import Emitter
+    from compiler.tracer.translator import Tracer
+
+Method = Callable[["Tracer", Any, list[Var], dict[str, Var]], Var]
+
+
+@dataclass
+class ValueOps:
+    """What each operation does on one kind of value. Handlers that may decline return
+    NotImplemented, and the dispatcher goes on as if the slot were empty."""
+
+    describe: Callable[[Any], str] | None = None  # how break reasons name the value
+    attr: Callable[[Tracer, Any, str], Var] | None = None
+    store_attr: Callable[[Tracer, Any, str, Var], None] | None = None
+    delete_attr: Callable[[Tracer, Any, str], None] | None = None
+    call: Callable[[Tracer, Any, list[Var], dict[str, Var]], Var] | None = None
+    # methods by name, called as `obj.name(*args, **kwargs)`; `method` takes any other name
+    methods: dict[str, Method] = field(default_factory=dict)
+    method: Callable[[Tracer, Any, str, list[Var], dict[str, Var]], Var] | None = None
+    getitem: Callable[[Tracer, Any, Var], Var] | None = None
+    setitem: Callable[[Tracer, Any, Var, Var], None] | None = None
+    delitem: Callable[[Tracer, Any, Var], None] | None = None
+    # the builtin mapping's dunder, where the class writes none in Python (a dict subclass)
+    mapping: Callable[[Tracer, Any, str, list[Var]], Var] | None = None
+    # `a op b` with this kind on the left (NotImplemented: not this kind's operator)
+    binary: Callable[[Tracer, Callable, Any, Var], Var] | None = None
+    # graph values take any operator they appear in, on either side (tensors)
+    operators: Callable[[Tracer, Callable, Var, Var], Var] | None = None
+    immutable: bool = False  # `a op= b` computes `a op b` (Python numbers and strings)
+    foldable: bool = True  # an operator over two constants of this kind runs at trace time
+    unary: Callable[[Tracer, Callable, Any], Var] | None = None
+    truth: Callable[[Tracer, Any], bool] | None = None
+    same: Callable[[Any, Var], bool | None] | None = None  # `a is b`; None: undecided
+    contains: Callable[[Tracer, Any, Var], bool] | None = None
+    iterate: Callable[[Tracer, Any], list[Var]] | None = None
+    get_iter: Callable[[Tracer, Any], Var] | None = None
+    rebuild: Callable[[Emitter, Any], str] | None = None
+    source_first: bool = True  # rebuilt from its source where it has one
+    one_object: bool = False  # a mutable object: rebuilt once, however often referenced
+    # the values a replay of side effects visits under this one, and the replay itself
+    replay_children: Callable[[Any], list[Var]] | None = None
+    replay: Callable[[Emitter, Any, list[str]], None] | None = None
+
+
+VALUE_OPS: dict[type, ValueOps] = {}
+_NONE = ValueOps()
+_BY_TYPE: dict[type, ValueOps] = {}
+
+
+def ops_of(v: Var) -> ValueOps:
+    """The operations of `v`'s kind (of its nearest registered base class)."""
+    kind = type(v)
+    ops = _BY_TYPE.get(kind)
+    if ops is None:
+        from compiler.tracer.values import families  # noqa: F401  (they register the kinds)
+
+        ops = next((VALUE_OPS[k] for k in kind.__mro__ if k in VALUE_OPS), _NONE)
+        _BY_TYPE[kind] = ops
+    return ops

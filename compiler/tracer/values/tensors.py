@@ -1,0 +1,129 @@
+"""Tensors (`TensorVar`): graph values. Their metadata is constant under the tensor's guards;
+everything else they take part in becomes a graph node."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from compiler.tracer import operations
+from compiler.tracer.breaks import Break
+from compiler.tracer.hints import tensor_method_kind
+from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.variables import AttrCallVar, ConstVar, TensorVar, Var, is_python_constant
+from compiler.tracer.wrap import wrap
+
+if TYPE_CHECKING:
+    from compiler.tracer.reconstruct import Emitter
+    from compiler.tracer.translator import Tracer
+
+# Tensor attributes that are metadata: constants, since the tensor's guards pin them.
+TENSOR_META = {
+    "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_leaf", "layout",
+    "is_sparse", "is_quantized", "is_meta", "is_mkldnn", "is_complex", "is_nested", "itemsize",
+}  # fmt: skip
+TENSOR_VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+
+BACKWARD_REASON = (
+    "loss.backward() runs autograd's engine in Python: the graph before it is compiled with "
+    "its backward, whose kernels the engine runs; tracing resumes after the call"
+)
+_BREAK_TENSOR_METHODS = {
+    "item": "Tensor.item() reads a tensor's value into Python",
+    "tolist": "Tensor.tolist() reads a tensor's values into Python",
+    "numpy": "Tensor.numpy() leaves torch for NumPy",
+    "__array__": "Tensor.__array__ leaves torch for NumPy",
+    "backward": BACKWARD_REASON,
+    "register_hook": "Tensor.register_hook changes autograd state",
+    "retain_grad": "Tensor.retain_grad changes autograd state",
+    "requires_grad_": "Tensor.requires_grad_ changes autograd state",
+    "data_ptr": "Tensor.data_ptr reads a memory address",
+    "storage": "Tensor.storage is not traced",
+    "untyped_storage": "Tensor.untyped_storage is not traced",
+    "record_stream": "Tensor.record_stream is not traced",
+    "share_memory_": "Tensor.share_memory_ is not traced",
+    "__bool__": "bool() of a tensor reads its value into Python",
+    "__float__": "float() of a tensor reads its value into Python",
+    "__int__": "int() of a tensor reads its value into Python",
+    "__index__": "a tensor used as an index reads its value into Python",
+}
+
+
+def _attr(tx: Tracer, t: TensorVar, name: str) -> Var:
+    if name in TENSOR_META:
+        return ConstVar(getattr(t.fake, name))
+    if name in TENSOR_VIEW_ATTRS:
+        return tx.builder.call("call_function", getattr, [t, ConstVar(name)], {})
+    if name == "data":
+        return tx.builder.call("call_method", "detach", [t], {})
+    if name == "grad":
+        if t.source is None:
+            raise Break("reading .grad of a tensor computed in the graph")
+        real = eval(t.source, tx.guards.namespace, {"L": tx.frame_values, "G": tx.G})
+        return wrap(tx, real.grad, f"{t.source}.grad")
+    if callable(getattr(torch.Tensor, name, None)):
+        return AttrCallVar(t, name)
+    raise Break(f"tensor attribute {name!r} is not traced")
+
+
+def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    reason = _BREAK_TENSOR_METHODS.get(name)
+    if reason:
+        raise Break(reason, tensor_method_kind(name))
+    return tx.builder.call("call_method", name, [t, *args], kwargs)
+
+
+def _operators(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
+    if not all(isinstance(x, TensorVar) or is_python_constant(x) for x in (a, b)):
+        other = b if isinstance(a, TensorVar) else a
+        raise Break(f"operator {op.__name__} between a tensor and {operations.describe(other)}")
+    return tx.builder.call("call_function", op, [a, b], {})
+
+
+def _setitem(tx: Tracer, t: TensorVar, index: Var, value: Var) -> None:
+    tx.builder.call("call_function", operator.setitem, [t, index, value], {})
+
+
+def _truth(tx: Tracer, t: TensorVar) -> bool:
+    raise Break(
+        "data-dependent control flow: the branch depends on the value of a tensor "
+        "(Python has to look at the data, so the graph ends here and the condition runs eagerly)",
+        "data_dependent_branch",
+    )
+
+
+def _same(a: TensorVar, b: Var) -> bool | None:
+    return a.node is b.node if isinstance(b, TensorVar) else None
+
+
+def _iterate(tx: Tracer, t: TensorVar) -> list[Var]:
+    if t.fake.dim() == 0:
+        raise Break("iteration over a 0-d tensor")
+    return [
+        tx.builder.call("call_function", operator.getitem, [t, ConstVar(i)], {})
+        for i in range(t.fake.shape[0])
+    ]
+
+
+def _rebuild(em: Emitter, t: TensorVar) -> str:
+    if t.node.op == "placeholder" and t.source:
+        return t.source
+    return f"O[{em.outputs[id(t.node)]}]"
+
+
+VALUE_OPS[TensorVar] = ValueOps(
+    describe=lambda t: "a tensor",
+    attr=_attr,
+    method=_method,
+    getitem=lambda tx, t, index: tx.builder.call("call_function", operator.getitem, [t, index], {}),
+    setitem=_setitem,
+    operators=_operators,
+    unary=lambda tx, op, t: tx.builder.call("call_function", op, [t], {}),
+    truth=_truth,
+    same=_same,
+    iterate=_iterate,
+    rebuild=_rebuild,
+    source_first=False,
+)

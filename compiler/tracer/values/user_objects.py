@@ -1,0 +1,389 @@
+"""Objects and classes: real objects read from the frame (`ObjVar`: instances, classes,
+builtins, and nn.Modules and Python modules, whose attributes values/modules.py reads),
+instances of Python classes built in the trace (`NewObjectVar`), `super()` and exceptions
+raised in the trace. Their dunders written in Python are inlined (compiler/tracer/objects.py)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from compiler.tracer import builtin_fns, calls, construct, objects, operations
+from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.exceptions import exception_attr
+from compiler.tracer.hints import call_kind
+from compiler.tracer.marked import marked_call
+from compiler.tracer.values import modules, torch_functions
+from compiler.tracer.values.numbers import describe_value, same_value
+from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.variables import (
+    AttrCallVar,
+    ConstVar,
+    DictVar,
+    ExceptionVar,
+    FunctionVar,
+    MethodVar,
+    NewObjectVar,
+    ObjVar,
+    SuperVar,
+    TensorVar,
+    Var,
+)
+from compiler.tracer.wrap import wrap, wrap_unguarded
+
+if TYPE_CHECKING:
+    from compiler.tracer.reconstruct import Emitter
+    from compiler.tracer.translator import Tracer
+
+_MISSING = object()
+
+
+# ---- attributes of real objects ------------------------------------------------------------------
+
+
+def attr_value(tx: Tracer, value: Any, src: str | None, name: str) -> Var:
+    if src is None:
+        if isinstance(value, torch.Tensor):
+            raise Break(f"tensor attribute {name!r} of an object built during tracing")
+        return wrap_unguarded(value)
+    return wrap(tx, value, f"{src}.{name}")
+
+
+def class_attr(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
+    src = obj.source
+    if isinstance(attr, types.FunctionType):
+        fn_src = f"type({src}).{name}" if src else None
+        return MethodVar(FunctionVar(fn=attr, source=fn_src), obj)
+    if isinstance(attr, staticmethod):
+        return FunctionVar(fn=attr.__func__)
+    if isinstance(attr, classmethod):
+        return MethodVar(FunctionVar(fn=attr.__func__), ObjVar(cls))
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        return calls.call(tx, FunctionVar(fn=attr.fget), [obj], {})
+    if isinstance(
+        attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+    ):
+        raise Break(f"builtin method {cls.__name__}.{name} runs in Python")
+    value = getattr(obj.held, name) if isinstance(obj, ObjVar) else attr
+    return attr_value(tx, value, src, name)
+
+
+def _attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
+    value = obj.held  # its type decides; the object itself is pinned only where read
+    if isinstance(value, torch.nn.Module):
+        return modules.module_attr(tx, obj, name)
+    if isinstance(value, types.ModuleType):
+        return modules.module_member(tx, obj, name)
+    return _object_attr(tx, obj, name)
+
+
+def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
+    value = obj.held
+    if isinstance(value, type):
+        try:
+            attr = inspect.getattr_static(value, name)
+        except AttributeError:
+            raise Break(f"{value.__name__} has no attribute {name!r}") from None
+        if isinstance(attr, staticmethod):
+            return FunctionVar(fn=attr.__func__)
+        if isinstance(attr, classmethod):
+            return MethodVar(FunctionVar(fn=attr.__func__), obj)
+        if isinstance(attr, types.FunctionType):
+            return FunctionVar(fn=attr)
+        return attr_value(tx, getattr(value, name), obj.source, name)
+    # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
+    # is inlined), then __getattr__ where that raised AttributeError.
+    getattribute = objects.python_method(type(value), "__getattribute__")
+    getattr_fn = objects.python_method(type(value), "__getattr__")
+    unwound = tx.unwound
+    try:
+        if getattribute is not None:
+            return calls.call(tx, FunctionVar(fn=getattribute), [obj, ConstVar(name)], {})
+        return object_getattribute(tx, obj, name)
+    except Raised as r:
+        if getattr_fn is None or not issubclass(r.exc.cls, AttributeError):
+            raise
+        tx.unwound = unwound  # caught here, as Python's attribute lookup does, not by a handler
+    return calls.call(tx, FunctionVar(fn=getattr_fn), [obj, ConstVar(name)], {})
+
+
+def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
+    """object.__getattribute__ on a real object: what the trace wrote to it, data descriptors
+    of its class, its instance attributes, then its class's other attributes. An instance
+    attribute is read through its source, whose guard checks it; an object guarded by its
+    type alone also gets a guard that the class's attribute is not shadowed."""
+    value = obj.held
+    written = objects.written_attr(tx, obj, name)
+    if objects.found(written):
+        return written
+    if name == "__dict__" and id(value) in tx.attr_writes:
+        raise Break("reading __dict__ of an object whose attributes the trace wrote")
+    cls = type(value)
+    class_member = inspect.getattr_static(cls, name, _MISSING)
+    instance_dict = getattr(value, "__dict__", None)
+    data_descriptor = hasattr(type(class_member), "__set__")
+    if not data_descriptor and isinstance(instance_dict, dict) and name in instance_dict:
+        return attr_value(tx, instance_dict[name], obj.source, name)
+    if class_member is _MISSING:
+        if cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__"):
+            message = f"'{cls.__name__}' object has no attribute '{name}'"
+            raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
+        raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
+        raise Break(f"attribute {name!r} of {operations.describe(obj)} is not traced")
+    if obj.identity is not None and isinstance(instance_dict, dict):
+        tx.guards.add(
+            "HASATTR",
+            obj.source,
+            f"{name!r} not in {obj.source}.__dict__",
+            f"{obj.source}.{name} is its class's",
+            tx.builder.line,
+        )
+    return class_attr(tx, obj, cls, name, class_member)
+
+
+def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
+    if not isinstance(obj.value, torch.nn.Module):
+        if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
+            return None
+        if objects.writable(obj, name):
+            objects.write_attr(tx, obj, name, value)
+            return None
+    if isinstance(obj.value, torch.nn.Module) and isinstance(value, TensorVar):
+        current = modules.module_attr(tx, obj, name) if hasattr(obj.value, name) else None
+        if isinstance(current, TensorVar) and current.fake is value.fake:
+            # `self.count += 1` on a buffer: updated in place, the attribute is unchanged
+            return None
+    return NotImplemented
+
+
+def _delete_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:
+    if objects.found(objects.call_dunder(tx, obj, "__delattr__", [ConstVar(name)])):
+        return None
+    if objects.writable(obj, name):
+        objects.write_attr(tx, obj, name, None)
+        return None
+    return NotImplemented
+
+
+# ---- calls and methods of real objects -----------------------------------------------------------
+
+
+def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    value = fn.value
+    marked = marked_call(tx, value, args, kwargs)
+    if marked is not None:
+        return marked
+    if isinstance(value, torch.nn.Module):
+        return modules.call_module(tx, fn, args, kwargs)
+    try:
+        special = builtin_fns.SPECIAL.get(value)
+    except TypeError:  # unhashable callable
+        special = None
+    if special is not None:
+        return special(tx, args, kwargs)
+    if builtin_fns.is_pure_builtin(value) or builtin_fns.folds_numpy_scalars(value, args, kwargs):
+        return builtin_fns.fold(tx, value, args, kwargs)
+    if isinstance(value, type):
+        return construct.construct_object(tx, fn, args, kwargs)
+    if calls.is_torch_function(value):
+        return torch_functions.torch_call(tx, value, args, kwargs)
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        self_src = f"{fn.source}.__self__" if fn.source else None
+        self_var = (
+            wrap(tx, value.__self__, self_src) if self_src else wrap_unguarded(value.__self__)
+        )
+        return calls.call(tx, FunctionVar(fn=value.__func__), [self_var, *args], kwargs)
+    if isinstance(value, types.FunctionType):
+        return calls.call(tx, FunctionVar(fn=value, source=fn.source), args, kwargs)
+    if isinstance(value, functools.partial) and fn.source:
+        inner = wrap(tx, value.func, f"{fn.source}.func")
+        bound = [wrap(tx, a, f"{fn.source}.args[{i}]") for i, a in enumerate(value.args)]
+        kw = {k: wrap(tx, v, f"{fn.source}.keywords[{k!r}]") for k, v in value.keywords.items()}
+        return calls.call(tx, inner, [*bound, *args], {**kw, **kwargs})
+    call_attr = inspect.getattr_static(type(value), "__call__", None)
+    if isinstance(call_attr, types.FunctionType):
+        return calls.call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
+    raise Break(
+        f"call to {operations.describe(fn)} runs in Python (it is not a torch op or Python code)",
+        call_kind(value),
+    )
+
+
+def _method(tx: Tracer, obj: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:
+    if name in ("__getattribute__", "__setattr__", "__delattr__"):
+        return objects.real_object_method(tx, obj, name, args)
+    if isinstance(obj.value, torch.nn.Module):
+        return modules.module_method(tx, obj, name, args, kwargs)
+    return NotImplemented
+
+
+# ---- subscripts, truth, membership, iteration of real objects ----------------------------------
+
+
+def _getitem(tx: Tracer, obj: ObjVar, index: Var) -> Var:
+    if not isinstance(obj.value, modules.CONTAINERS):
+        return NotImplemented
+    return modules.container_getitem(tx, obj, operations.const_index(index))
+
+
+def _truth(tx: Tracer, v: ObjVar) -> bool:
+    value = v.value
+    if isinstance(value, modules.CONTAINERS):
+        return len(value) > 0
+    if isinstance(
+        value,
+        (
+            torch.nn.Module,
+            types.FunctionType,
+            type,
+            types.ModuleType,
+            types.BuiltinFunctionType,
+        ),
+    ):
+        return True
+    raise Break(f"truth value of {operations.describe(v)} is not traced")
+
+
+def _contains(tx: Tracer, container: ObjVar, item: Var) -> Any:
+    if isinstance(item, TensorVar) or not isinstance(container.value, torch.nn.ModuleDict):
+        return NotImplemented
+    return operations.const_index(item) in container.value
+
+
+def _iterate(tx: Tracer, v: ObjVar) -> list[Var]:
+    if isinstance(v.value, modules.CONTAINERS) and v.source is not None:
+        return modules.container_items(tx, v)
+    out = objects.call_dunder(tx, v, "__iter__", [])
+    if objects.found(out):
+        return operations.unpack_iterable(tx, out)
+    return NotImplemented
+
+
+VALUE_OPS[ObjVar] = ValueOps(
+    describe=describe_value,
+    attr=_attr,
+    store_attr=_store_attr,
+    delete_attr=_delete_attr,
+    call=call_object,
+    method=_method,
+    getitem=_getitem,
+    foldable=False,
+    truth=_truth,
+    same=same_value,
+    contains=_contains,
+    iterate=_iterate,
+    rebuild=lambda em, v: em.ref(v.value, "obj"),
+)
+
+
+# ---- instances built in the trace ---------------------------------------------------------------
+
+
+def _new_object_mapping(tx: Tracer, obj: NewObjectVar, name: str, args: list[Var]) -> Var:
+    if obj.items is None:
+        return NotImplemented
+    return objects.object_method(tx, obj, name, args, {})
+
+
+def _new_object_truth(tx: Tracer, v: NewObjectVar) -> bool:
+    for name in ("__bool__", "__len__"):
+        out = objects.call_dunder(tx, v, name, [])
+        if objects.found(out):
+            return operations.truth(tx, out)
+    return bool(v.items.items) if v.items is not None else True
+
+
+def _new_object_contains(tx: Tracer, container: NewObjectVar, item: Var) -> Any:
+    if container.items is None:
+        return NotImplemented
+    return operations.dict_key(item) in container.items.items
+
+
+def _new_object_iterate(tx: Tracer, v: NewObjectVar) -> list[Var]:
+    out = objects.call_dunder(tx, v, "__iter__", [])
+    if objects.found(out):
+        return operations.unpack_iterable(tx, out)
+    if v.items is not None:
+        return [ConstVar(k) for k in v.items.items]
+    return NotImplemented
+
+
+def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
+    """An instance built in the trace, made for real from its state, as its constructor left
+    it: no constructor runs again. The mapping of a dict subclass is filled through the
+    builtin base's methods, which the subclass may have replaced (ModelOutput's raise)."""
+    obj = cls.__new__(cls)
+    if items:
+        base = objects.mapping_base(cls)
+        for key, value in items.items():
+            base.__setitem__(obj, key, value)
+    obj.__dict__.update(fields)
+    return obj
+
+
+def _new_object_rebuild(em: Emitter, v: NewObjectVar) -> str:
+    fields = ", ".join(f"{k!r}: {em.expr(i)}" for k, i in v.fields.items())
+    items = em.expr(v.items) if v.items is not None else "None"
+    return f"{em.ref(_new_object, 'fn')}({em.ref(v.cls, 'cls')}, {{{fields}}}, {items})"
+
+
+VALUE_OPS[NewObjectVar] = ValueOps(
+    attr=objects.new_object_attr,
+    store_attr=objects.store_new_object_attr,
+    delete_attr=objects.delete_new_object_attr,
+    method=objects.object_method,
+    mapping=_new_object_mapping,
+    truth=_new_object_truth,
+    contains=_new_object_contains,
+    iterate=_new_object_iterate,
+    rebuild=_new_object_rebuild,
+    one_object=True,
+    replay_children=lambda v: list(v.fields.values()),
+)
+
+
+# ---- super() and exceptions ------------------------------------------------------------------
+
+
+def _super_attr(tx: Tracer, sup: SuperVar, name: str) -> Var:
+    mro = (objects.class_of(sup.obj) or sup.cls).__mro__
+    after = mro[mro.index(sup.cls) + 1 :]
+    for klass in after:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            if isinstance(attr, types.FunctionType):
+                return MethodVar(FunctionVar(fn=attr), sup.obj)
+            if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+                return calls.call(tx, FunctionVar(fn=attr.fget), [sup.obj], {})
+            if klass in objects.MAPPING_BASES + (object,) and isinstance(
+                sup.obj, (NewObjectVar, DictVar, ObjVar)
+            ):
+                return AttrCallVar(sup.obj, name)  # object's or dict's own method
+            break
+    raise Break(f"super().{name} is not traced")
+
+
+def _exception_rebuild(em: Emitter, v: ExceptionVar) -> str:
+    if v.cause is not None:
+        raise TypeError(f"cannot rebuild a {type(v).__name__}")
+    # an exception raised and caught in the trace, kept in a variable: its class and
+    # arguments (the traceback of a raise that happened only in the trace is empty)
+    args = "".join(f"{em.expr(a)}, " for a in v.args)
+    return f"{em.ref(v.cls, 'cls')}({args})"
+
+
+VALUE_OPS[SuperVar] = ValueOps(
+    attr=_super_attr,
+    rebuild=lambda em, v: f"super({em.ref(v.cls, 'cls')}, {em.expr(v.obj)})",
+)
+
+VALUE_OPS[ExceptionVar] = ValueOps(
+    attr=lambda tx, e, name: exception_attr(e, name),
+    truth=lambda tx, e: True,
+    rebuild=_exception_rebuild,
+)

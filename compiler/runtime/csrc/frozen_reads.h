@@ -17,7 +17,8 @@ namespace {
 // when nothing changed, else None (the guard function then runs in full).
 //
 // Dict version tags exist in CPython 3.11 and 3.12 (deprecated there, removed later); on
-// another Python `remember` refuses and every call runs in full.
+// another Python `remember` refuses and every call runs in full. 3.13 still has the field,
+// but a write to an object's inline __dict__ values leaves it unchanged: not used there.
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
 #define JC_DICT_VERSIONS 1

@@ -3,15 +3,16 @@ and unpack them, as a mixin of the Tracer (translator.py) like exception_opcodes
 
 from __future__ import annotations
 
+from compiler.tracer import calls
 from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break
 from compiler.tracer.shapes import concrete
+from compiler.tracer.values import sets
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
     ListVar,
     ObjVar,
-    SetVar,
     SliceVar,
     TupleVar,
     as_python_constant,
@@ -29,10 +30,7 @@ class ContainerOpcodes:
         self.push(frame, ListVar(self.popn(frame, ins.arg)))
 
     def BUILD_SET(self, frame, ins):
-        items = self.popn(frame, ins.arg)
-        if not all(is_python_constant(i) for i in items):
-            raise Break("a set of tensors")
-        self.push(frame, SetVar(items))
+        self.push(frame, sets.make(self.popn(frame, ins.arg)))
 
     def BUILD_MAP(self, frame, ins):
         flat = self.popn(frame, 2 * ins.arg)
@@ -88,17 +86,11 @@ class ContainerOpcodes:
 
     def SET_ADD(self, frame, ins):
         v = self.pop(frame)
-        target = frame.stack[-ins.arg]
-        if not isinstance(target, SetVar) or not is_python_constant(v):
-            raise Break("set of non-constants")
-        target.items.append(v)
+        calls.call_method(self, frame.stack[-ins.arg], "add", [v], {})
 
     def SET_UPDATE(self, frame, ins):
         v = self.pop(frame)
-        target = frame.stack[-ins.arg]
-        if not isinstance(target, SetVar):
-            raise Break("set update")
-        target.items.extend(ops.unpack_iterable(self, v))
+        calls.call_method(self, frame.stack[-ins.arg], "update", [v], {})
 
     def MAP_ADD(self, frame, ins):
         value = self.pop(frame)

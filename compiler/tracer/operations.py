@@ -171,7 +171,7 @@ def as_dict(tx: Tracer, v: Var) -> DictVar:
 
 # `a op= b` on an immutable `a` (a Python number) computes `a op b`: Python finds no in-place
 # method and falls back, so the result is a new value (a tensor, when b is one).
-_INPLACE_FALLBACK = {
+INPLACE_FALLBACK = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
     operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
     operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
@@ -182,8 +182,8 @@ _INPLACE_FALLBACK = {
 
 def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
     a_ops, b_ops = ops_of(a), ops_of(b)
-    if a_ops.immutable and op in _INPLACE_FALLBACK:
-        op = _INPLACE_FALLBACK[op]
+    if a_ops.immutable and op in INPLACE_FALLBACK:
+        op = INPLACE_FALLBACK[op]
     graph = a_ops.operators or b_ops.operators  # a graph value on either side takes it
     if graph is not None:
         return graph(tx, op, a, b)

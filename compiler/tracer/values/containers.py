@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from compiler.tracer.reconstruct import Emitter
     from compiler.tracer.translator import Tracer
 
+KEYS_VIEW = type({}.keys())
+
 # A tuple of a class other than tuple, from its items, by the class's kind (tuple_kind): a
 # namedtuple takes them as arguments; torch.Size, a structseq (torch.return_types.sort, ...)
 # and other tuple subclasses take one sequence, as tuple does.
@@ -264,7 +266,7 @@ DICT_METHODS: dict[str, Method] = {
         [TupleVar([ConstVar(k), v]) for k, v in d.items.items()]
     ),
     # a keys view compares and combines as a set, and iterates in insertion order
-    "keys": lambda tx, d, args, kwargs: SetVar([ConstVar(k) for k in d.items]),
+    "keys": lambda tx, d, args, kwargs: SetVar([ConstVar(k) for k in d.items], cls=KEYS_VIEW),
     "__iter__": lambda tx, d, args, kwargs: IteratorVar([ConstVar(k) for k in d.items], seq=d),
     "values": lambda tx, d, args, kwargs: ListVar(list(d.items.values())),
     "get": _dict_get,

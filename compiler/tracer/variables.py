@@ -119,6 +119,7 @@ class DictVar(Var):
     cls: type = dict
     mutated: bool = False
     version: int = 0  # changes made in the trace (generators.py)
+    default: Var | None = None  # a defaultdict's default_factory (values/containers.py)
 
 
 @dataclass(eq=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,8 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         guards.dict_keys(source, value, line)
         var = DictVar({}, source, cls=type(value))
         tx.external_containers[id(value)] = var
+        if isinstance(value, collections.defaultdict):
+            var.default = wrap(tx, value.default_factory, f"{source}.default_factory")
         var.items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
         return var
     if isinstance(value, _ITERATOR_TYPES):

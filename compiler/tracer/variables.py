@@ -132,6 +132,7 @@ class SetVar(Var):
     cls: type = set
     mutated: bool = False  # an outside set changed during the trace: replayed after the graph
     version: int = 0  # changes made in the trace (generators.py)
+    keys: Any = None  # the real set of the items' keys, changed as eager's (values/sets.py)
 
 
 @dataclass(eq=False)

@@ -100,7 +100,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         # guarded by its contents, which the trace reads and may change (replayed after)
         guards.type_of(source, value, line)
         guards.add("CONSTANT_MATCH", source, f"{source} == {value!r}", f"{source} == {value!r}", line)
-        var = SetVar([ConstVar(v) for v in value], source, cls=type(value))
+        var = SetVar([ConstVar(v) for v in value], source, cls=type(value), keys=set(value))
         tx.external_containers[id(value)] = var
         return var
     if is_constant_tuple(value) and is_attribute_source(source):
@@ -279,7 +279,7 @@ def wrap_unguarded(value: Any) -> Var:
     if type(value) is list:
         return ListVar([wrap_unguarded(v) for v in value])
     if type(value) in (set, frozenset):
-        return SetVar([wrap_unguarded(v) for v in value], cls=type(value))
+        return SetVar([wrap_unguarded(v) for v in value], cls=type(value), keys=set(value))
     return ObjVar(value)
 
 

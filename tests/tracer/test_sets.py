@@ -99,6 +99,22 @@ def iteration_order(x):
 
 
 @case(T(3), graphs=1, breaks=0)
+def iteration_order_after_changes(x):
+    # the table's layout, hence the order, depends on how the set was filled and changed
+    s = {"k", "a", "zz", "q", "m", "bb", "c"}
+    s.add("new")
+    s.discard("a")
+    s |= {"u", "v", "w", "x1", "y2", "z3"}
+    letters = ["p", "q", "r", *"abcdefghij"]
+    t = set(letters)
+    u = frozenset({"k", "q", "zz"}) | s
+    return x + 1, (
+        list(s), list(t), list(u), list(s & t), list(s - t), list(s ^ t),
+        list(s.union(["hh", "ii"])), list({w * 2 for w in "abcdefgh"}), list(s.copy()),
+    )  # fmt: skip
+
+
+@case(T(3), graphs=1, breaks=0)
 def returns_sets(x):
     return x + 1, {1, 2, 3}, frozenset({"a"}), set()
 

@@ -93,25 +93,35 @@ def _ordered(keys: set | frozenset, by_key: dict[Any, Var]) -> list[Var]:
     return [by_key[k] for k in keys]
 
 
+def _made(keys: set | frozenset, by_key: dict[Any, Var], cls: type) -> SetVar:
+    return SetVar(_ordered(keys, by_key), cls=cls, keys=keys)
+
+
 def make(items: list[Var], cls: type = set) -> SetVar:
-    """A new set of `items` (duplicates dropped), in eager's order."""
-    by_key = _keyed(items)
-    return SetVar(_ordered(set(by_key), by_key), cls=cls)
+    """A new set of `items` (duplicates dropped), filled as BUILD_SET fills it."""
+    keys: set = set()
+    for item in items:
+        keys.add(key_of(item))
+    return _made(keys, _keyed(items), cls)
 
 
-def _real(s: SetVar) -> tuple[set, dict[Any, Var]]:
-    """A real set of `s`'s keys, filled in `s`'s order (so that it iterates as `s`), and
-    its items by key."""
-    by_key = _keyed(s.items)
-    return set(by_key), by_key
+def _real(s: SetVar) -> set | frozenset:
+    """The real set of `s`'s keys, which every change of `s` changes as eager changes its
+    set: the layout of its table, hence its order, is eager's. One not kept yet (a keys
+    view, a set read from the frame or computed on constants) is filled in `s`'s order."""
+    if s.keys is None:
+        s.keys = set()
+        for item in s.items:
+            s.keys.add(key_of(item))
+    return s.keys
 
 
 def _changed(tx: Tracer, s: SetVar, change: Callable[[set, dict[Any, Var]], Any]) -> Any:
-    """Apply `change` to a real set of `s`'s keys; `s` then holds the result, in its order.
+    """Apply `change` to the real set of `s`'s keys; `s` then holds the result, in its order.
     A set from outside the graph gets the change replayed after the graph runs."""
     if s.cls is not set:
         raise Break(f"changing a {s.cls.__name__}")
-    keys, by_key = _real(s)
+    keys, by_key = _real(s), _keyed(s.items)
     out = change(keys, by_key)
     s.items[:] = _ordered(keys, by_key)
     s.mutated = s.source is not None
@@ -119,13 +129,21 @@ def _changed(tx: Tracer, s: SetVar, change: Callable[[set, dict[Any, Var]], Any]
     return out
 
 
-def _others(tx: Tracer, args: list[Var]) -> list[tuple[set, dict[Any, Var]]]:
-    """The arguments of a set method, each as a real set of keys with its items."""
-    out = []
-    for a in args:
-        by_key = _keyed(a.items if isinstance(a, SetVar) else operations.unpack_iterable(tx, a))
-        out.append((set(by_key), by_key))
-    return out
+def _argument(tx: Tracer, a: Var) -> tuple[Any, dict[Any, Var]]:
+    """An argument of a set method as eager's set would take it, and its items by key: the
+    real set of a traced set, the real value of a constant (a frozenset literal), else the
+    list of the keys of its items."""
+    if isinstance(a, SetVar):
+        return _real(a), _keyed(a.items)
+    items = operations.unpack_iterable(tx, a)
+    by_key = _keyed(items)
+    if isinstance(a, ConstVar) and all(k is i for k, i in zip(by_key, a.value)):
+        return a.value, by_key
+    return [key_of(i) for i in items], by_key
+
+
+def _others(tx: Tracer, args: list[Var]) -> list[tuple[Any, dict[Any, Var]]]:
+    return [_argument(tx, a) for a in args]
 
 
 # ---- methods --------------------------------------------------------------------------------
@@ -146,7 +164,7 @@ def _add(tx: Tracer, s: SetVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
 def _remove(name: str) -> Method:
     def method(tx: Tracer, s: SetVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         key = key_of(args[0])
-        if name == "remove" and key not in _real(s)[0]:
+        if name == "remove" and key not in _real(s):
             raise Raised(ExceptionVar(KeyError, [args[0]]))
         _changed(tx, s, lambda keys, by_key: keys.discard(key))
         return ConstVar(None)
@@ -162,13 +180,12 @@ def _pop(tx: Tracer, s: SetVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
 
 def _update(name: str) -> Method:
     """update and the in-place forms of the operators, with any number of arguments."""
-    real_method = getattr(set, name)
 
     def method(tx: Tracer, s: SetVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         others = _others(tx, args)
 
         def change(keys: set, by_key: dict) -> None:
-            real_method(keys, *(k for k, _ in others))
+            getattr(keys, name)(*(k for k, _ in others))
             for _, items in others:
                 for key, item in items.items():
                     by_key.setdefault(key, item)
@@ -181,27 +198,26 @@ def _update(name: str) -> Method:
 
 def _combine(name: str) -> Method:
     """union, intersection, difference, symmetric_difference: a new set of the same class."""
-    real_method = getattr(set, name)
 
     def method(tx: Tracer, s: SetVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
-        keys, by_key = _real(s)
+        keys, by_key = _real(s), _keyed(s.items)
         others = _others(tx, args)
-        out = real_method(keys, *(k for k, _ in others))
+        out = getattr(keys, name)(*(k for k, _ in others))
         for _, items in others:
             for key, item in items.items():
                 by_key.setdefault(key, item)
-        return SetVar(_ordered(out, by_key), cls=_result_class(s))
+        cls = _result_class(s)
+        return _made(out if type(out) is cls else cls(out), by_key, cls)
 
     return method
 
 
 def _compare(name: str) -> Method:
     """issubset, issuperset, isdisjoint: on the keys."""
-    real_method = getattr(set, name)
 
     def method(tx: Tracer, s: SetVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         ((other, _),) = _others(tx, args)
-        return ConstVar(real_method(_real(s)[0], other))
+        return ConstVar(getattr(_real(s), name)(other))
 
     return method
 
@@ -221,7 +237,7 @@ SET_METHODS: dict[str, Method] = {
     "intersection_update": _update("intersection_update"),
     "difference_update": _update("difference_update"),
     "symmetric_difference_update": _update("symmetric_difference_update"),
-    "copy": lambda tx, s, args, kwargs: SetVar(list(s.items), cls=_result_class(s)),
+    "copy": lambda tx, s, args, kwargs: _made(_real(s).copy(), _keyed(s.items), _result_class(s)),
     "union": _combine("union"),
     "intersection": _combine("intersection"),
     "difference": _combine("difference"),
@@ -265,7 +281,7 @@ def _binary(tx: Tracer, op: Callable, a: SetVar, b: Var) -> Var:
     if name is not None:
         return SET_METHODS[name](tx, a, [b], {})
     if op in _COMPARING:
-        return ConstVar(op(_real(a)[0], _real(b)[0]))
+        return ConstVar(op(_real(a), _real(b)))
     return NotImplemented
 
 
@@ -273,7 +289,7 @@ def _binary(tx: Tracer, op: Callable, a: SetVar, b: Var) -> Var:
 
 
 def _contains(tx: Tracer, s: SetVar, item: Var) -> bool:
-    return key_of(item) in _real(s)[0]
+    return key_of(item) in _real(s)
 
 
 def _iterate(tx: Tracer, s: SetVar) -> list[Var]:
@@ -317,7 +333,10 @@ def _construct(cls: type) -> Callable[[Tracer, list[Var], dict[str, Var]], Var]:
     def construct(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
         if kwargs or len(args) > 1:
             raise Break(f"{cls.__name__}() with these arguments is not traced")
-        return make(operations.unpack_iterable(tx, args[0]) if args else [], cls)
+        if not args:
+            return _made(cls(), {}, cls)
+        keys, by_key = _argument(tx, args[0])
+        return _made(cls(keys), by_key, cls)
 
     return construct
 

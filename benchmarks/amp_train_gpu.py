@@ -5,7 +5,12 @@ with `--time N`, the median of N more steps (CUDA events) for eager, ours and, w
 torch.compile (the anchor), each after its own cold first step.
 
     python benchmarks/amp_train_gpu.py [--model gpt2|llama] [--layers 12] [--batch 8] [--seq 256] [--steps 5]
-        [--mode reduce-overhead] [--time 20] [--tc]
+        [--mode reduce-overhead] [--time 20] [--tc] [--notes] [--profile] [--pad-matmuls off]
+
+--notes prints every inspection note of our graphs; --profile counts, for one warm step of
+each, the CUDA kernel launches and CUDA graph launches the host made (torch.profiler);
+--pad-matmuls sets compiler.config.pad_matmuls (off: the LM head's unaligned matmuls as eager
+runs them).
 """
 
 from __future__ import annotations
@@ -67,6 +72,29 @@ def median_ms(step, ids, n: int) -> float:
     return statistics.median(times)
 
 
+def launches(step, ids) -> str:
+    """Host-side launches of one warm step: kernels, CUDA graphs and host ops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step(ids)
+        torch.cuda.synchronize()
+    counts: dict[str, int] = {}
+    for e in prof.events():
+        if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
+                      "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaLaunchKernelExC"):
+            counts[e.name] = counts.get(e.name, 0) + 1
+    gpu: dict[str, list[float]] = {}
+    for e in prof.key_averages():
+        if e.device_time_total > 0 and e.device_type.name == "CUDA":
+            gpu[e.key] = [e.device_time_total / 1e3, e.count]
+    total = sum(ms for ms, _ in gpu.values())
+    top = sorted(gpu.items(), key=lambda kv: -kv[1][0])[:15]
+    lines = [f"  {ms:7.3f} ms x{n:<4d} {name[:90]}" for name, (ms, n) in top]
+    launched = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return f"{launched}; GPU time {total:.2f} ms in kernels, the top ones:\n" + "\n".join(lines)
+
+
 def run(label: str, step, ids, steps: int) -> list[float]:
     losses = []
     for i in range(steps):
@@ -88,7 +116,11 @@ def main() -> None:
     p.add_argument("--mode", default=None)
     p.add_argument("--time", type=int, default=0)
     p.add_argument("--tc", action="store_true")
+    p.add_argument("--notes", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--pad-matmuls", choices=["auto", "on", "off"], default="auto")
     args = p.parse_args()
+    compiler.config.pad_matmuls = {"auto": "auto", "on": True, "off": False}[args.pad_matmuls]
     base = make_model(args.model, args.layers)
     ids = torch.randint(0, VOCAB[args.model], (args.batch, args.seq), device="cuda")
     results, timing = {}, {}
@@ -106,6 +138,8 @@ def main() -> None:
                 results[label] = run(label, step, ids, args.steps)
                 if args.time:
                     timing[label] = median_ms(step, ids, args.time)
+                if args.profile:
+                    print(f"{label}: {launches(step, ids)}")
             except Exception:
                 traceback.print_exc()
         for w in caught:
@@ -119,7 +153,7 @@ def main() -> None:
                     print(f"  {fn.name}:{e.start_line} ops={e.graph.op_count if e.graph else 0}"
                           f" break={brk!s:.200} fallback={fb!s:.300}")
                     for note in e.graph.notes if e.graph else ():
-                        if "CUDA graph" in note:
+                        if args.notes or "CUDA graph" in note:
                             print(f"  {fn.name}:{e.start_line} note: {note[:600]}")
                 for w in fn.warnings:
                     print(f"  {fn.name} warning: {w[:500]}")

@@ -31,6 +31,7 @@ from compiler.controls import (
 from compiler.explain import ExplainOutput
 from compiler.records import CompilerWarning
 from compiler.tracer.breaks import Unsupported
+from compiler.verify import VerificationWarning
 
 __all__ = [
     "CompilerWarning",
@@ -38,6 +39,7 @@ __all__ = [
     "ExportResult",
     "RecompileError",
     "Unsupported",
+    "VerificationWarning",
     "allow_in_graph",
     "assume_constant_result",
     "compile",

@@ -9,13 +9,10 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from compiler.backends.registry import (
-    backend_name,
-    backend_options,
-    list_backends,
-    lookup_backend,
-    register_backend,
-)
+from compiler import verify as verify_mode
+from compiler.backends.options import backend_options
+from compiler.backends.registry import backend_name, list_backends, lookup_backend, register_backend
+from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
 from compiler.records import CompiledReport, GraphRecord, Guard, compiling_graph, current_graph
 from compiler.tracer.breaks import Unsupported
@@ -45,13 +42,17 @@ def compile(
     fullgraph: bool = False,
     dynamic: bool | None = None,
     options: dict | None = None,
+    verify: bool = False,
 ) -> Any:
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`.
 
     `dynamic`: None (the default) compiles for the first call's sizes and traces a dimension
     with a symbolic size once a recompile finds it changed; True makes every dimension
     symbolic from the start; False only the ones marked with `compiler.mark_dynamic`
-    (compiler/tracer/shapes.py)."""
+    (compiler/tracer/shapes.py).
+
+    `verify=True` checks every call against eager runs in float64 and in the inputs' dtypes
+    and warns (`VerificationWarning`) naming the first FX node that diverges (compiler/verify.py)."""
     if mode not in MODES:
         raise ValueError(
             f"unknown mode {mode!r}; choose one of {', '.join(repr(m) for m in MODES)}"
@@ -61,15 +62,26 @@ def compile(
     backend_fn = lookup_backend(backend)  # unknown names fail here, with the list of known ones
     if model is None:
         return lambda m: compile(
-            m, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options
+            m,
+            backend=backend,
+            mode=mode,
+            fullgraph=fullgraph,
+            dynamic=dynamic,
+            options=options,
+            verify=verify,
         )
     served = current_graph()
     if isinstance(model, torch.fx.GraphModule) and served is not None:
         # A backend compiling the graph it was handed: the graph is already captured, so it
         # goes straight to `backend`, and what that does lands in the served graph's record.
         return _GraphInBackend(model, backend_fn, backend_name(backend), mode, options, served)
+    backend_fn = _with_options(backend_fn, mode, options, fullgraph)
+    run: Callable = run_function
+    if verify:  # off, nothing is wrapped: verify mode costs nothing
+        backend_fn = verify_mode.checking_backend(backend_fn)
+        run = functools.partial(verify_mode.run_verified, run_function)
     config = CompileConfig(
-        backend=_with_options(backend_fn, mode, options, fullgraph),
+        backend=ddp_aware(backend_fn),
         backend_name=backend_name(backend),
         mode=mode,
         fullgraph=fullgraph,
@@ -77,9 +89,12 @@ def compile(
     )
     ctx = CompileContext(config)
     if isinstance(model, torch.nn.Module):
-        compiled = _compile_module(model, ctx)
+        compile_module = functools.partial(_compile_module, run=run)
+        compiled = compile_distributed(model, config, compile_module) or compile_module(
+            model, ctx
+        )
     elif callable(model):
-        compiled = _compile_callable(model, ctx)
+        compiled = _compile_callable(model, ctx, run)
     else:
         raise TypeError(
             f"compiler.compile expects a function or an nn.Module, got {type(model).__name__}"
@@ -112,7 +127,7 @@ def _prepare(backend: str) -> None:
         from compiler.aot.decompositions import decomposition_table
 
         decomposition_table()
-        import compiler.codegen.compile_fx  # noqa: F401 (0.1-0.2 s the first call would wait)
+        import compiler.backends.inductor  # noqa: F401 (0.1-0.2 s the first call would wait)
 
 
 def optimize(
@@ -165,13 +180,14 @@ class _GraphInBackend:
         return self.compiled(*args)
 
 
-def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
+def _compile_callable(fn: Callable, ctx: CompileContext, run: Callable) -> Callable:
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         func, bound_self = fn.__func__, fn.__self__
 
         @functools.wraps(func)
         def compiled_method(*args, **kwargs):
-            return run_function(ctx, func, (bound_self, *args), kwargs)
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
+            return run(ctx, func, (bound_self, *args), kwargs)
 
         compiled_method.__compiled__ = ctx
         return compiled_method
@@ -179,6 +195,7 @@ def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
         target = fn
 
         def call(*args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             return target(*args, **kwargs)
 
         functools.update_wrapper(call, fn, updated=())
@@ -187,23 +204,25 @@ def _compile_callable(fn: Callable, ctx: CompileContext) -> Callable:
 
     @functools.wraps(func)
     def compiled(*args, **kwargs):
-        return run_function(ctx, func, args, kwargs)
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
+        return run(ctx, func, args, kwargs)
 
     compiled.__compiled__ = ctx
     compiled._orig_fn = func
     return compiled
 
 
-def _compile_module(mod: torch.nn.Module, ctx: CompileContext) -> torch.nn.Module:
+def _compile_module(mod: torch.nn.Module, ctx: CompileContext, run: Callable) -> torch.nn.Module:
     """A module sharing the original's attributes, parameters and state_dict (its __dict__ is
     the original's), whose forward runs through the compiler."""
     cls = type(mod)
     forward = mod.__dict__.get("forward") or cls.forward
 
     def compiled_forward(self, *args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         if isinstance(forward, types.FunctionType):
-            return run_function(ctx, forward, (self, *args), kwargs)
-        return run_function(ctx, _call_bound, (forward, *args), kwargs)
+            return run(ctx, forward, (self, *args), kwargs)
+        return run(ctx, _call_bound, (forward, *args), kwargs)
 
     compiled_forward._compiled_forward = True
     compiled_cls = type(
@@ -223,6 +242,7 @@ def _compile_module(mod: torch.nn.Module, ctx: CompileContext) -> torch.nn.Modul
 
 
 def _call_bound(forward: Callable, *args, **kwargs):
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     return forward(*args, **kwargs)
 
 

@@ -39,6 +39,9 @@ class ExplainOutput:
                     lines.append(f'      File "{s.filename}", line {s.lineno}, in {s.function}')
                     if s.text.strip():
                         lines.append(f"        {s.text.strip()}")
+                if b.hint is not None:
+                    lines.append(f"    Fix ({b.hint.category}): {b.hint.suggestion}")
+                    lines.extend(f"        {code}" for code in b.hint.snippet.splitlines())
         if self.controls:
             lines.append("Controls:")
             for c in self.controls:
@@ -90,7 +93,8 @@ def explain_records(functions: list[FunctionRecord]) -> ExplainOutput:
 def _distinct_breaks(entries: list) -> list[GraphBreak]:
     """A break inside a called function also ends the caller's graph at the call, and the
     callee's own entry records it again. Count each break once: among the records of one
-    break (same reason, same innermost line), those whose entry captured a graph."""
+    break (same reason, same innermost line), those whose entry captured a graph; a
+    recompiled entry (same function, same start) repeats its break and counts once."""
     groups: dict[tuple, list] = {}
     for e in entries:
         b = e.graph_break
@@ -102,7 +106,8 @@ def _distinct_breaks(entries: list) -> list[GraphBreak]:
     out = []
     for group in groups.values():
         with_graph = [e for e in group if e.graph is not None]
-        out.extend(e.graph_break for e in (with_graph or group[:1]))
+        once = {(e.function, e.start_line): e.graph_break for e in (with_graph or group[:1])}
+        out.extend(once.values())
     return out
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from compiler.runtime.gc_pause import gc_paused
+from compiler.support.gc_pause import gc_paused
 
 
 class CompilerWarning(UserWarning):
@@ -49,13 +49,24 @@ class Guard:
     user_line: SourceLine | None = None
 
 
+@dataclass(frozen=True)
+class BreakHint:
+    """How to get rid of a graph break of one kind (compiler/tracer/hints.py)."""
+
+    category: str  # "user code", "fundamental" or "not yet supported"
+    suggestion: str  # what to change, in a sentence or two
+    snippet: str  # the change as code
+
+
 @dataclass
 class GraphBreak:
-    """Why a graph ended before the function did, and where."""
+    """Why a graph ended before the function did, and where, and how to avoid it."""
 
     reason: str
     user_stack: list[SourceLine] = field(default_factory=list)
     instruction: str = ""  # the bytecode instruction executed for real, e.g. "POP_JUMP_IF_FALSE"
+    kind: str = "unsupported"  # what caused it: keys `hint` in compiler/tracer/hints.py
+    hint: BreakHint | None = None
 
     def __str__(self) -> str:
         where = self.user_stack[-1] if self.user_stack else None
@@ -127,6 +138,45 @@ class PartitionRecord:
 
 
 @dataclass
+class Mismatch:
+    """Verify mode (compiler/verify.py) found a compiled graph diverging from eager: the first
+    FX node whose compiled value fails the accuracy check, and the user line it came from."""
+
+    node: str  # the FX node's name, e.g. "sin"
+    target: str  # its op, readable, e.g. "torch.sin"
+    user_line: SourceLine | None
+    compiled_rmse: float  # RMSE of the compiled value against the float64 eager value
+    eager_rmse: float  # RMSE of eager in the input dtype against the same
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = f" at line {self.user_line.lineno}" if self.user_line else ""
+        return (
+            f"{self.node} ({self.target}){where} diverges from eager: RMSE {self.compiled_rmse:.3g} "
+            f"against float64, where eager's is {self.eager_rmse:.3g}"
+        )
+
+
+@dataclass
+class BucketRecord:
+    """One part of a graph split at DistributedDataParallel's gradient-bucket boundaries
+    (compiler/distributed/): its backward hands these parameters' gradients to DDP, whose
+    all-reduce of them then overlaps the backward of the parts before it."""
+
+    index: int  # the part's place in the forward; the backward runs the parts in reverse
+    params: list[str]  # the parameters whose gradients its backward produces (graph inputs)
+    param_bytes: int
+    # the size it was filled to: DDP's bucket_cap_mb, or for the graph's last part, whose
+    # gradients are ready first, DDP's smaller first-bucket cap
+    cap_bytes: int
+    nodes: list[str]  # the FX nodes of the part
+    split_after: str = ""  # the last node before the cut that ends it; "" for the last part
+    split_line: SourceLine | None = None  # the user line of that node
+    # the part's own compile (aot graphs, partition); None when the graph is one part
+    graph: GraphRecord | None = None
+
+
+@dataclass
 class GraphRecord:
     """One FX graph the tracer captured and what the backend made of it."""
 
@@ -145,6 +195,11 @@ class GraphRecord:
     notes: list[str] = field(default_factory=list)  # e.g. "op aten.foo ran as an extern call"
     fallback: str | None = None  # set when the backend failed and the graph runs eagerly
     partition: PartitionRecord | None = None  # training graphs: what the backward saves/redoes
+    mismatch: Mismatch | None = None  # verify mode: where this graph's result went wrong
+    verified_runs: int = 0  # verify mode: calls of this graph checked against eager
+    # under DistributedDataParallel: the parts the graph was split into, one per gradient
+    # bucket (one when a bucket holds the whole graph; empty outside DDP)
+    buckets: list[BucketRecord] = field(default_factory=list)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -179,6 +234,10 @@ class EntryRecord:
     recompile_reason: str | None = None  # the guard that failed on the entries before this one
     compile_time_s: float = 0.0
     hits: int = 0
+    # Runtime accounting over the calls that compiled nothing (FunctionRecord.timed_calls):
+    # the runs of this entry's graph and their time (CPU time; on a GPU, the launches).
+    timed_hits: int = 0
+    graph_time_s: float = 0.0
     controls: list[ControlRecord] = field(default_factory=list)  # what the user steered
     # What a run of the entry changes besides its result; empty: it only reads and returns.
     side_effects: list[SideEffect] = field(default_factory=list)
@@ -197,6 +256,11 @@ class FunctionRecord:
     warnings: list[str] = field(default_factory=list)  # eager fallbacks and why
     # controls that applied to the function as a whole (a stance that ran it eagerly, ...)
     controls: list[ControlRecord] = field(default_factory=list)
+    # Runtime accounting: the calls that compiled nothing and their time, of which the
+    # entries' graph_time_s ran in compiled graphs and the rest in Python (guards, the code
+    # around graph breaks, callees that run eagerly).
+    timed_calls: int = 0
+    run_time_s: float = 0.0
 
     @property
     def graphs(self) -> list[GraphRecord]:
@@ -205,6 +269,10 @@ class FunctionRecord:
     @property
     def breaks(self) -> list[GraphBreak]:
         return [e.graph_break for e in self.entries if e.graph_break is not None]
+
+    @property
+    def graph_time_s(self) -> float:
+        return sum(e.graph_time_s for e in self.entries)
 
     @property
     def all_controls(self) -> list[ControlRecord]:
@@ -236,6 +304,11 @@ class CompiledReport:
     @property
     def kernels(self) -> list[KernelRecord]:
         return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def mismatches(self) -> list[Mismatch]:
+        """What verify mode found diverging from eager, graph by graph."""
+        return [g.mismatch for g in self.graphs if g.mismatch is not None]
 
     @property
     def controls(self) -> list[ControlRecord]:

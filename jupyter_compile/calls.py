@@ -37,6 +37,7 @@ class CallLog:
         self.compiling_calls = 0
 
     def call(self, fn: Callable, args: tuple, kwargs: dict, cuda: bool, compiling: bool) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         if compiling:
             self.compiling_calls += 1
             return fn(*args, **kwargs)

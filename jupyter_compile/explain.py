@@ -10,35 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.records import CompiledReport, GraphBreak, SourceLine
-from jupyter_compile.html import badge, details, esc, heading, highlight, note, table
-from jupyter_compile.sources import line_where, user_frames
-
-
-def _lines(stack: Any) -> list[SourceLine]:
-    """A break's user stack as SourceLines (ours, or traceback.FrameSummary-like objects),
-    jupyter_compile's own frames left out."""
-    out = []
-    for frame in stack or []:
-        if isinstance(frame, SourceLine):
-            out.append(frame)
-        else:
-            out.append(
-                SourceLine(
-                    getattr(frame, "filename", "?"),
-                    getattr(frame, "lineno", 0) or 0,
-                    getattr(frame, "line", "") or "",
-                    getattr(frame, "name", ""),
-                )
-            )
-    return user_frames(out)
+from compiler.records import CompiledReport
+from jupyter_compile.breaks import break_lines, break_text, controls_table, hint_html
+from jupyter_compile.html import Raw, badge, details, esc, heading, highlight, note, table
+from jupyter_compile.sources import line_where
 
 
 def _break_rows(out: Any) -> list[tuple[object, ...]]:
     rows = []
     for i, brk in enumerate(getattr(out, "break_reasons", None) or []):
         reason = brk.reason if hasattr(brk, "reason") else str(brk)
-        stack = _lines(getattr(brk, "user_stack", None))
+        stack = break_lines(getattr(brk, "user_stack", None))
         at = stack[-1] if stack else None
         rows.append(
             (
@@ -46,6 +28,7 @@ def _break_rows(out: Any) -> list[tuple[object, ...]]:
                 reason,
                 line_where(at) if at else "",
                 at.text.strip() if at else "",
+                Raw(hint_html(getattr(brk, "hint", None))),
             )
         )
     return rows
@@ -70,7 +53,9 @@ def render(out: Any, title: str) -> str:
     rows = _break_rows(out)
     if rows:
         parts.append(heading("graph breaks"))
-        parts.append(table(["#", "reason", "where", "source line"], rows, mono_cols=(3,)))
+        parts.append(
+            table(["#", "reason", "where", "source line", "how to avoid it"], rows, mono_cols=(3,))
+        )
     else:
         parts.append(note("no graph breaks: the whole function was captured"))
     controls = getattr(out, "controls", None) or []
@@ -104,27 +89,6 @@ def render(out: Any, title: str) -> str:
     if times:
         parts.append(details("compile times", highlight(str(times), "text")))
     return '<div class="jc-explain">' + "".join(parts) + "</div>"
-
-
-def controls_table(controls: list[Any]) -> str:
-    """ControlRecords as a table; every field is the user's text, escaped by `table`."""
-    rows = [
-        (
-            getattr(c, "kind", ""),
-            getattr(c, "target", ""),
-            getattr(c, "detail", str(c)),
-            c.user_line.lineno if getattr(c, "user_line", None) is not None else "",
-        )
-        for c in controls
-    ]
-    return table(["control", "applies to", "what it did", "line"], rows, mono_cols=(1,))
-
-
-def break_text(brk: GraphBreak | Any) -> str:
-    stack = _lines(getattr(brk, "user_stack", None))
-    at = stack[-1] if stack else None
-    where = f"\n    {line_where(at)}: {at.text.strip()}" if at else ""
-    return f"{getattr(brk, 'reason', brk)}{where}"
 
 
 def render_text(out: Any, title: str) -> str:

@@ -23,6 +23,7 @@ from pygments.lexers import CppLexer, PythonLexer, TextLexer
 # neighbouring graphs apart.
 SHADES = ["#dff0d8", "#d9edf7", "#fcf8e3", "#f2dede", "#e8e0f5", "#e0f2f1", "#fde8d7", "#eeeeee"]
 BREAK_COLOR = "#c9302c"
+MISMATCH_SHADE = "#f5b7b1"  # a line whose compiled result diverged (verify mode)
 MONO = "font-family: SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px;"
 # A long expression (a guard's) may break anywhere, so that the table fits its output area.
 _MONO_CELL = f"{MONO} overflow-wrap: anywhere;"
@@ -101,6 +102,8 @@ class LineMark:
     title: str = ""
     notes: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    hints: tuple[Raw, ...] = ()  # the fixes suggested for the breaks noted, built as HTML
+    mismatch: str = ""  # verify mode found the compiled result diverging here (in red)
 
 
 def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) -> str:
@@ -110,15 +113,17 @@ def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) 
     for offset, line_html in enumerate(highlight_lines(source.rstrip("\n"), "python")):
         lineno = firstlineno + offset
         mark = marks.get(lineno, LineMark())
-        bg = f"background: {mark.shade};" if mark.shade else ""
+        shade = MISMATCH_SHADE if mark.mismatch else mark.shade
+        bg = f"background: {shade};" if shade else ""
         border = (
             f"border-left: 4px solid {BREAK_COLOR};"
-            if mark.notes
+            if mark.notes or mark.mismatch
             else "border-left: 4px solid transparent;"
         )
+        row_class = "jc-line jc-mismatch-line" if mark.mismatch else "jc-line"
         title = f' title="{esc(mark.title)}"' if mark.title else ""
         rows.append(
-            f'<tr class="jc-line" data-line="{lineno}"{title} style="{bg}">'
+            f'<tr class="{row_class}" data-line="{lineno}"{title} style="{bg}">'
             f'<td style="{MONO} color: #999; text-align: right; width: 1%; padding: 0 8px; '
             f'user-select: none; {border}">{lineno}</td>'
             # <pre>, not only `white-space: pre`: HTML tools that re-parse the markup (nbconvert's
@@ -134,6 +139,19 @@ def annotated_source(source: str, firstlineno: int, marks: dict[int, LineMark]) 
                 f'<td colspan="2" style="{MONO} color: {BREAK_COLOR}; text-align: left; '
                 'padding: 1px 6px 3px 22px; white-space: pre-wrap;">'
                 f"&#9888; graph break: {esc(note)}</td></tr>"
+            )
+        for hint in mark.hints:
+            rows.append(
+                f'<tr class="jc-fix"><td style="border-left: 4px solid {BREAK_COLOR};"></td>'
+                f'<td colspan="2" style="text-align: left; padding: 0 6px 4px 22px;">'
+                f"{hint.html}</td></tr>"
+            )
+        if mark.mismatch:
+            rows.append(
+                f'<tr class="jc-mismatch"><td style="border-left: 4px solid {BREAK_COLOR};"></td>'
+                f'<td colspan="2" style="{MONO} color: {BREAK_COLOR}; font-weight: 600; '
+                'text-align: left; padding: 1px 6px 3px 22px; white-space: pre-wrap;">'
+                f"&#10007; verify: {esc(mark.mismatch)}</td></tr>"
             )
     return (
         '<table class="jc-source" style="border-collapse: collapse; width: 100%; '

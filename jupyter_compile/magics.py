@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import html
+import sys
 import types
 from typing import Any
 
@@ -19,6 +20,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 import compiler
+from compiler.explain import explain_records
 from jupyter_compile.cell import CellRun, run_transformed
 from jupyter_compile.explain import ExplainView
 from jupyter_compile.inspector import Inspector
@@ -43,6 +45,44 @@ def message(text: str, level: str = "info") -> None:
         },
         raw=True,
     )
+
+
+def raise_shown(shell: Any, error: BaseException) -> None:
+    """Raise the cell's own exception from the magic, so that the cell fails with it (nbclient,
+    papermill and nbval read its type), without a second traceback: the inner run already
+    showed it, from the user's line, and the outer run's display of it is skipped once."""
+    own = shell.__dict__.get("showtraceback")
+
+    def showtraceback(*args: Any, **kwargs: Any) -> None:
+        if own is None:
+            shell.__dict__.pop("showtraceback", None)
+        else:
+            shell.showtraceback = own
+        if sys.exc_info()[1] is not error:
+            shell.showtraceback(*args, **kwargs)
+
+    shell.showtraceback = showtraceback
+    raise error.with_traceback(None)
+
+
+def _settings(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    """`--config NAME=VALUE` options as (name, value) pairs; a value is a Python literal
+    (16, False, 'x'), else the text itself. An unknown name is refused by config.patch."""
+    out = []
+    for pair in pairs:
+        name, eq, text = pair.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--config takes NAME=VALUE, e.g. cache_size_limit=16; got {pair!r}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            value = text.strip()
+        out.append((name.strip(), value))
+    try:
+        compiler.config.patch(dict(out))
+    except AttributeError as exc:
+        raise UsageError(f"--config: {exc}") from None
+    return tuple(out)
 
 
 def _probe() -> None:
@@ -85,6 +125,8 @@ class CompileMagics(Magics):
             mode=args.mode,
             fullgraph=args.fullgraph,
             dynamic=True if args.dynamic else None,
+            config=_settings(args.config),
+            verify=args.verify,
         )
         try:  # compile is lazy, so this only checks the options (e.g. an unknown mode)
             compiler.compile(_probe, **options.kwargs())
@@ -133,6 +175,20 @@ class CompileMagics(Magics):
         help="after the cell, time the last call of each compiled function against eager "
         "(and against torch.compile with 'torch', shown as a separate labelled column)",
     )
+    @argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a compiler.config setting for this cell's functions (repeatable), e.g. "
+        "--config cache_size_limit=16 --config automatic_dynamic_shapes=False",
+    )
+    @argument(
+        "--verify",
+        action="store_true",
+        help="check every call against eager (float64 and the inputs' dtypes); a mismatch "
+        "warns naming the first diverging graph node and marks its line red in the inspector",
+    )
     @argument("--no-inspect", action="store_true", help="do not show inspectors under the cell")
     @cell_magic("compile")
     def compile_cell(self, line: str, cell: str) -> None:
@@ -172,11 +228,7 @@ class CompileMagics(Magics):
 
         error = result.error_before_exec or result.error_in_exec
         if error is not None:
-            done = ", ".join(run.compiled) or "nothing"
-            raise UsageError(
-                f"the %%compile cell raised {type(error).__name__} (traceback above); "
-                f"compiled before it: {done}"
-            )
+            raise_shown(self.shell, error)
         if not run.compiled and not run.skipped:
             message("the cell defines no top-level function or nn.Module class to compile")
 
@@ -211,32 +263,63 @@ class CompileMagics(Magics):
             return fn
         return types.MethodType(target.forward, fn)
 
-    def _parse_call(self, text: str) -> tuple[Any, tuple, dict, str]:
+    def _parse(self, text: str) -> tuple[Any, ast.expr | None, str]:
+        """`fn` or `fn(args...)`: the callable, the call node (None for a bare name) and the
+        text naming the callable."""
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
-            raise UsageError(f"%explain needs a call, e.g. %explain fn(x, y): {exc.msg}") from None
-        call = tree.body
-        if not isinstance(call, ast.Call):
-            raise UsageError("%explain needs a call, e.g. %explain fn(x, y)")
-        ns = self.shell.user_ns
-        fn_expr = ast.unparse(call.func)
-        fn = eval(compile(ast.Expression(call.func), "<%explain>", "eval"), ns)
+            raise UsageError(
+                f"%explain needs a function or a call, e.g. %explain fn: {exc.msg}"
+            ) from None
+        node = tree.body
+        call = node if isinstance(node, ast.Call) else None
+        fn_node = call.func if call is not None else node
+        fn_expr = ast.unparse(fn_node)
+        fn = eval(compile(ast.Expression(fn_node), "<%explain>", "eval"), self.shell.user_ns)
         if not callable(fn):
             raise UsageError(f"{fn_expr} is not callable (it is a {type(fn).__name__})")
+        return fn, call, fn_expr
+
+    def _call_args(self, call: ast.Call) -> tuple[tuple, dict]:
         collect = ast.Call(ast.Name("__jc_collect__", ast.Load()), call.args, call.keywords)
         expr = ast.fix_missing_locations(ast.Expression(collect))
         helper = {"__jc_collect__": lambda *a, **k: (a, k)}
-        args, kwargs = eval(compile(expr, "<%explain>", "eval"), ns, helper)
-        return fn, args, kwargs, fn_expr
+        return eval(compile(expr, "<%explain>", "eval"), self.shell.user_ns, helper)
+
+    def _recorded(self, fn: Any, title: str) -> Any:
+        """The explain result of the calls already made to `fn`, from its records."""
+        target = getattr(fn, "__jupyter_compile__", None)
+        if target is None:  # an instance or a class of a compiled nn.Module class
+            cls = fn if isinstance(fn, type) else type(fn)
+            target = getattr(getattr(cls, "forward", None), "__jupyter_compile__", None)
+        if isinstance(target, ModuleClassTarget) and not isinstance(fn, type):
+            report = compiler.inspect(target.compiled_for(fn))
+        elif target is not None:
+            report = target.report()
+        else:
+            try:
+                report = compiler.inspect(fn)
+            except TypeError:
+                raise UsageError(
+                    f"{title} was not compiled by %%compile or compiler.compile, so no calls "
+                    f"are recorded; %explain {title}(args...) compiles and runs it once"
+                ) from None
+        if report is None or not report.entries:
+            raise UsageError(
+                f"{title} has not been called yet, so no calls are recorded: call it, or use "
+                f"%explain {title}(args...)"
+            )
+        return explain_records(report.functions)
 
     @magic_arguments("explain")
     @argument("-o", "--output", action="store_true", help="return the ExplainOutput object")
     @line_magic("explain")
     def explain_line(self, line: str) -> Any:
-        """%explain [-o] fn(args...): run compiler.explain(fn)(args...) and show the graph
-        count, each graph break with its reason and source line, the ops of each graph and
-        the guards."""
+        """%explain [-o] fn  or  %explain [-o] fn(args...): the graph count, each graph break
+        with its reason, a suggested fix and its source line, the ops of each graph, the guards
+        and the recompiles. A bare name explains the calls already made to a compiled
+        function; a call runs compiler.explain(fn)(args...) once."""
         options, rest = [], line.strip()
         while rest.startswith("-"):
             token, _, rest = rest.partition(" ")
@@ -244,8 +327,12 @@ class CompileMagics(Magics):
             rest = rest.strip()
         opts = parse_argstring(self.explain_line, " ".join(options))
         if not rest:
-            raise UsageError("%explain needs a call, e.g. %explain fn(x, y)")
-        fn, args, kwargs, title = self._parse_call(rest)
-        out = compiler.explain(self._unwrap(fn))(*args, **kwargs)
+            raise UsageError("%explain needs a function or a call, e.g. %explain fn")
+        fn, call, title = self._parse(rest)
+        if call is None:
+            out = self._recorded(fn, title)
+        else:
+            args, kwargs = self._call_args(call)
+            out = compiler.explain(self._unwrap(fn))(*args, **kwargs)
         display(ExplainView(out, title))
         return out if opts.output else None

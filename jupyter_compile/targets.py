@@ -36,6 +36,9 @@ class CompileOptions:
     mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
+    # compiler.config settings for this cell's functions: (name, value) pairs, in order
+    config: tuple[tuple[str, Any], ...] = ()
+    verify: bool = False  # check every call against eager (compiler/verify.py)
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,7 @@ class CompileOptions:
             "mode": self.mode,
             "fullgraph": self.fullgraph,
             "dynamic": self.dynamic,
+            **({"verify": True} if self.verify else {}),
         }
 
     def describe(self) -> str:
@@ -53,7 +57,17 @@ class CompileOptions:
             parts.append("fullgraph")
         if self.dynamic:
             parts.append("dynamic")
+        if self.verify:
+            parts.append("verify")
+        parts.extend(f"{name}={value!r}" for name, value in self.config)
         return ", ".join(parts)
+
+    def compile(self, fn: Callable) -> Callable:
+        """`compiler.compile(fn)` with these options; every call of it (the user's, a timing
+        run's) runs under the cell's `compiler.config.patch`, which keeps the compiled
+        function's attributes (`compiler.inspect` still accepts it)."""
+        compiled = compiler.compile(fn, **self.kwargs())
+        return compiler.config.patch(dict(self.config))(compiled) if self.config else compiled
 
 
 @dataclass
@@ -86,6 +100,7 @@ class Target(abc.ABC):
         self.call_log = CallLog()
 
     def _run(self, compiled: Callable, args: tuple, kwargs: dict, owner: object = None) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         self.last_args, self.last_kwargs = args, kwargs
         self.calls += 1
         cuda = on_cuda(args, kwargs, owner)
@@ -111,13 +126,14 @@ class FunctionTarget(Target):
     def __init__(self, name: str, original: Callable, options: CompileOptions) -> None:
         super().__init__(name, options)
         self.original = original
-        self.compiled = compiler.compile(original, **options.kwargs())
+        self.compiled = options.compile(original)
         self.callable = self._wrapper()
 
     def _wrapper(self) -> Callable:
         target, compiled, original = self, self.compiled, self.original
 
         def compiled_call(*args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             if is_compiling():  # traced from a compiled caller: trace the user's function
                 return original(*args, **kwargs)
             return target._run(compiled, args, kwargs)
@@ -177,6 +193,7 @@ class ModuleClassTarget(Target):
         target = self
 
         def forward(module, *args, **kwargs):
+            __tracebackhide__ = True  # IPython and pytest leave this frame out
             if is_compiling():  # traced from a compiled caller: trace the user's forward
                 return user_forward(module, *args, **kwargs)
             return target.call(module, args, kwargs)
@@ -190,11 +207,12 @@ class ModuleClassTarget(Target):
         compiled = self._compiled.get(module)
         if compiled is None:
             bound = types.MethodType(self.forward, module)
-            compiled = compiler.compile(bound, **self.options.kwargs())
+            compiled = self.options.compile(bound)
             self._compiled[module] = compiled
         return compiled
 
     def call(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         self._last_instance = weakref.ref(module)
         return self._run(self.compiled_for(module), args, kwargs, owner=module)
 

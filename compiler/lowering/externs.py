@@ -42,8 +42,37 @@ CUDA_ATTENTION_OPS = [
 ]
 
 
+# The attention kernel each op is, named as torch's SDPA backends are: the one eager's
+# scaled_dot_product_attention picked for these inputs (the graph is traced through its
+# dispatch), which the record names so that a slow step's attention is no guess.
+ATTENTION_KERNELS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: "FLASH_ATTENTION (CPU)",
+    aten._scaled_dot_product_flash_attention: "FLASH_ATTENTION",
+    aten._scaled_dot_product_efficient_attention: "EFFICIENT_ATTENTION",
+    aten._scaled_dot_product_cudnn_attention: "CUDNN_ATTENTION",
+    aten._scaled_dot_product_flash_attention_backward: "FLASH_ATTENTION",
+    aten._scaled_dot_product_efficient_attention_backward: "EFFICIENT_ATTENTION",
+    aten._scaled_dot_product_cudnn_attention_backward: "CUDNN_ATTENTION",
+}
+
+
+def _note_attention(ctx: LoweringContext, op) -> None:
+    packet = getattr(op, "overloadpacket", op)
+    kernel = ATTENTION_KERNELS.get(packet)
+    if kernel is None:
+        return
+    side = "backward" if "backward" in packet.__name__ else "forward"
+    note = (
+        f"attention {side}: torch's {kernel} kernel (aten.{packet.__name__}), the one eager's "
+        "scaled_dot_product_attention picks for these inputs"
+    )
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+
+
 @register_lowering(*EXTERN_OPS)
 def extern(ctx: LoweringContext, node, *args, **kwargs):
+    _note_attention(ctx, node.target)
     return ctx.extern(node.target, args, kwargs, note=False)
 
 
@@ -54,6 +83,7 @@ def cuda_attention(ctx: LoweringContext, node, *args, **kwargs):
     and a channels-last graph lays computed 4-d values out NHWC, which puts the heads'
     dimension last in memory (timm's coatnet, maxvit and eva02 hit it)."""
     args = tuple(_as_traced(ctx, a, fx) for a, fx in zip(args, node.args))
+    _note_attention(ctx, node.target)
     return ctx.extern(node.target, args, kwargs, note=False)
 
 

@@ -1,7 +1,7 @@
 """mode="reduce-overhead": replay the wrapper as a CUDA graph.
 
 A captured graph reads its inputs from the addresses it was captured with. Parameters and
-module buffers (runtime/static.py) stay at one address from call to call, so the graph is
+module buffers (support/static.py) stay at one address from call to call, so the graph is
 captured on them directly and they are never copied; every other input is copied into a
 static buffer of the graph's own before each replay. Copying resnet18's 102 parameters
 every call cost more GPU time than its convolutions save from the launches.
@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from compiler.runtime import tensor_guards
+from compiler.runtime import cpp_ext
 from compiler.runtime.copies import clone_many, copy_many
-from compiler.runtime.static import is_static_address
+from compiler.support.static import is_static_address
 
 # Addresses of graph-owned memory handed out as internal outputs: a graph captured later
 # reads such an input in place instead of copying it into a buffer of its own. A stale
@@ -50,9 +50,9 @@ def is_handed_out(t: torch.Tensor) -> bool:
 
 def _moved(args: list, where: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
     """Some `args[i]` is not at its address (`where`: the positions, then the addresses):
-    one C++ call with the tensor_guards extension (~100 parameters before each replay)."""
+    one C++ call with the C++ extension (cpp_ext.py) (~100 parameters before each replay)."""
     positions, addresses = where
-    same_addresses = tensor_guards.same_addresses_function()
+    same_addresses = cpp_ext.same_addresses_function()
     if same_addresses is not None:
         same = same_addresses(args, positions, addresses)
         if same is not None:
@@ -73,8 +73,12 @@ class CudaGraphRunner:
         mutated: Sequence[int] = (),
         internal_from: int | None = None,
         hand_out: bool = False,
+        notes: list[str] | None = None,
+        label: str = "",
     ):
         self.call = call
+        self.notes = notes  # the graph's record: what a replay copies is said there
+        self.label = label  # "forward graph: " in a training graph's record
         self.hand_out = hand_out
         self.handed_outputs: _HandedOut | None = None
         self.mutated = set(mutated)
@@ -151,12 +155,34 @@ class CudaGraphRunner:
         if self.handed_outputs is not None:
             handed = set(self.handed_outputs.positions)
             self.cloned = [i for i in self.cloned if i not in handed]
+        if self.notes is not None:
+            self._note_copies(args)
         if self.internal_from is not None:
             _handed_out.update(
                 o.data_ptr()
                 for o in self.outputs[self.internal_from :]
                 if isinstance(o, torch.Tensor)
             )
+
+    def _note_copies(self, args: list) -> None:
+        """Say in the record what each replay copies: a reduce-overhead step that is slower
+        than expected usually copies inputs the graph could have read where they are."""
+
+        def mib(tensors) -> str:
+            return f"{sum(t.numel() * t.element_size() for t in tensors) / 2**20:.1f} MiB"
+
+        owned = [args[i] for i, _ in self.owned]
+        cloned = [self.outputs[i] for i in self.cloned]
+        head = f"{self.label}CUDA graph (capture "
+        note = (
+            f"{head}{self.captures}): reads {len(self.borrowed)} inputs where "
+            f"they are (parameters, buffers) and {len(self.handed)} another graph left in its "
+            f"memory; each replay copies {len(owned)} inputs in ({mib(owned)}), "
+            f"{len(self.copy_back)} of them back, and returns {len(cloned)} outputs as "
+            f"copies ({mib(cloned)})"
+        )
+        self.notes[:] = [n for n in self.notes if not n.startswith(head)]
+        self.notes.append(note)
 
 
 class _HandedOut:
@@ -187,7 +213,7 @@ class _HandedOut:
 
     @staticmethod
     def of(outputs: Sequence[Any], inputs: Sequence[Any]) -> "_HandedOut | None":
-        moves = tensor_guards.storage_moves()
+        moves = cpp_ext.storage_moves()
         if moves is None:
             return None
         taken = {a.untyped_storage().data_ptr() for a in inputs if isinstance(a, torch.Tensor)}

@@ -45,26 +45,29 @@ BLOCK_NAMES = ("XBLOCK", "RBLOCK")
 @dataclass(frozen=True)
 class Spec:
     """What Triton compiles a kernel for: its pointers' element types and 16-byte alignment,
-    its block sizes and warps, and the target GPU."""
+    its block sizes and warps, the target GPU, and whether a multiply and an add may become
+    one FMA (not under `emulate_precision_casts`: eager rounds between them)."""
 
     dtypes: tuple[str, ...]  # one per pointer parameter, in order
     aligned: tuple[bool, ...]
     blocks: tuple[tuple[str, int], ...]  # (("XBLOCK", 1024),)
     num_warps: int
     target: tuple[str, int, int]  # (backend, arch, warp size), as GPUTarget takes them
+    fp_fusion: bool = True
 
     def to_json(self) -> str:
         return json.dumps(
             [list(self.dtypes), list(self.aligned), [list(b) for b in self.blocks],
-             self.num_warps, list(self.target)]
+             self.num_warps, list(self.target), self.fp_fusion]
         )  # fmt: skip
 
     @staticmethod
     def from_json(text: str) -> "Spec":
-        dtypes, aligned, blocks, warps, target = json.loads(text)
+        dtypes, aligned, blocks, warps, target, fp_fusion = json.loads(text)
         return Spec(
-            tuple(dtypes), tuple(aligned), tuple((n, v) for n, v in blocks), warps, tuple(target)
-        )
+            tuple(dtypes), tuple(aligned), tuple((n, v) for n, v in blocks), warps,
+            tuple(target), fp_fusion,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,11 @@ def compile_binary(fn: Any, source: str, spec: Spec) -> Binary:
     from triton import knobs
     from triton.backends.compiler import GPUTarget
 
-    options = {"num_warps": spec.num_warps, "debug": knobs.runtime.debug}
+    options = {
+        "num_warps": spec.num_warps,
+        "debug": knobs.runtime.debug,
+        "enable_fp_fusion": spec.fp_fusion,
+    }
     compiled = triton.compile(ast_source(fn, spec), target=GPUTarget(*spec.target), options=options)
     meta = compiled.metadata
     if (

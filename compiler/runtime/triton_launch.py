@@ -11,14 +11,22 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from compiler.codegen.common import KernelSource
 from compiler.runtime.cache import cache_dir, load_module, source_key, write_atomic
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class KernelText(Protocol):
+    """What the runtime reads of a generated kernel (codegen's KernelSource has it): the
+    runtime names no codegen module, which sits above it."""
+
+    name: str
+    source: str
+    config: dict[str, Any]
 
 
 def candidate_configs(config: dict) -> list[dict]:
@@ -66,7 +74,7 @@ class TritonKernel:
     16-byte alignment, so the alignment of every buffer is part of the key: a view at an odd
     offset gets its own compiled kernel, never one that assumes aligned loads."""
 
-    def __init__(self, fn: Any, kernel: KernelSource, mode: str | None, key: str):
+    def __init__(self, fn: Any, kernel: KernelText, mode: str | None, key: str):
         self.fn = fn
         self.name = kernel.name
         self.meta = kernel.config
@@ -82,6 +90,9 @@ class TritonKernel:
                 self.config = tuned
                 self.autotune = False
         self.source = kernel.source
+        # Triton contracts a multiply and an add into one FMA unless told not to; eager rounds
+        # between them, which `emulate_precision_casts` kernels must do too.
+        self.options = {"enable_fp_fusion": kernel.config.get("fp_fusion", True)}
         self.launchers: dict[tuple[bool, ...], Callable] = {}  # through Triton's runtime
         # Launches through the C++ extension's CudaLaunch (compiler/runtime/triton_binary.py),
         # by pointer alignment; `launch` is the last one used, tried first. `direct_off` says
@@ -103,7 +114,7 @@ class TritonKernel:
         if INTERPRET:
             self.fn[grid](*args, **blocks)
         else:
-            self.fn[grid](*args, **blocks, num_warps=config["num_warps"])
+            self.fn[grid](*args, **blocks, num_warps=config["num_warps"], **self.options)
 
     def run(self, *args: Any) -> None:
         if self.xnumel == 0:
@@ -159,7 +170,9 @@ class TritonKernel:
         config = self.config
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
         gx, gy, gz = self._grid(config)
-        compiled = self.fn.warmup(*args, grid=(gx, gy, gz), **blocks, num_warps=config["num_warps"])
+        compiled = self.fn.warmup(
+            *args, grid=(gx, gy, gz), **blocks, num_warps=config["num_warps"], **self.options
+        )
         compiled._init_handles()
         constants = tuple(blocks[k] for k in ("XBLOCK", "RBLOCK") if k in blocks)
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
@@ -207,8 +220,9 @@ class TritonKernel:
 
         blocks = tuple((k, v) for k, v in self.config.items() if k != "num_warps")
         return Spec(
-            pointer_dtypes(args_dtypes), aligned, blocks, self.config["num_warps"], _target()
-        )
+            pointer_dtypes(args_dtypes), aligned, blocks, self.config["num_warps"], _target(),
+            self.options["enable_fp_fusion"],
+        )  # fmt: skip
 
     def _direct_launch(
         self, args_dtypes: Sequence[torch.dtype], aligned: tuple[bool, ...]
@@ -216,13 +230,13 @@ class TritonKernel:
         """The kernel compiled for these pointers (or found in our cache), loaded, and bound
         into a CudaLaunch; None, with `direct_off` saying why, when anything in that fails:
         Triton's runtime then compiles and launches it, and reports a real error itself."""
-        from compiler.runtime import tensor_guards, triton_binary
+        from compiler.runtime import cpp_ext, triton_binary
 
         try:
             binary = triton_binary.compile_binary(
                 self.fn, self.source, self.spec(args_dtypes, aligned)
             )
-            load, launch_type = tensor_guards.cuda_launch_api()
+            load, launch_type = cpp_ext.cuda_launch_api()
             device = torch.cuda.current_device()
             function, *_ = load(binary.cubin, binary.name, binary.shared, device)
             grid = self._grid(self.config)
@@ -238,7 +252,9 @@ class TritonKernel:
     def _warmup(self, args_dtypes: Sequence[torch.dtype]) -> Any:
         """Triton's compile (or cache lookup) of this kernel for pointers of these dtypes."""
         blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
-        return self.fn.warmup(*args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks)
+        return self.fn.warmup(
+            *args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks, **self.options
+        )
 
     def specialisation(self, args_dtypes: Sequence[torch.dtype]) -> str | None:
         """Triton's specialisation data (JSON) for the compile `warm` would do, captured by
@@ -326,15 +342,15 @@ def _target() -> tuple[str, int, int]:
 def direct_launch_off() -> str | None:
     """Why kernels cannot be launched through the C++ extension's CudaLaunch in this
     process, or None when they can."""
-    from compiler.runtime import tensor_guards, triton_binary
+    from compiler.runtime import cpp_ext, triton_binary
 
     if os.environ.get("COMPILER_TRITON_LAUNCHER") == "triton":
         return "COMPILER_TRITON_LAUNCHER=triton asks for Triton's runtime"
     why = triton_binary.launchable_here()
     if why is not None:
         return why
-    if tensor_guards.cuda_launch_api() is None:
-        return f"the C++ extension is not loaded ({tensor_guards.status()})"
+    if cpp_ext.cuda_launch_api() is None:
+        return f"the C++ extension is not loaded ({cpp_ext.status()})"
     if _launch_hooks() is None:
         return "Triton's launch hooks are not hook chains"
     return None
@@ -398,7 +414,7 @@ def _c_launch(run: Any) -> Callable | None:
     return launch if type(launch).__name__ == "builtin_function_or_method" else None
 
 
-def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:
+def load_kernel(kernel: KernelText, mode: str | None) -> TritonKernel:
     device = "interpreter" if INTERPRET else "cuda"
     module, _ = load_module(kernel.source, device)
     return TritonKernel(

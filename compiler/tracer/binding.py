@@ -42,19 +42,21 @@ def bind_arguments(
         bound[name] = a
     extra = args[nargs:]
     if extra and varargs_name is None:
-        raise Break(f"{fname}() takes {nargs} positional arguments but {len(args)} were given")
+        raise Break(
+            f"{fname}() takes {nargs} positional arguments but {len(args)} were given", "user_error"
+        )
     if varargs_name is not None:
         bound[varargs_name] = TupleVar(list(extra))
     varkw: dict[str, Var] = {}
     for k, v in kwargs.items():
         if k in pos_names[posonly:] or k in kwonly_names:
             if k in bound:
-                raise Break(f"{fname}() got multiple values for argument {k!r}")
+                raise Break(f"{fname}() got multiple values for argument {k!r}", "user_error")
             bound[k] = v
         elif varkw_name is not None:
             varkw[k] = v
         else:
-            raise Break(f"{fname}() got an unexpected keyword argument {k!r}")
+            raise Break(f"{fname}() got an unexpected keyword argument {k!r}", "user_error")
     defaults = _defaults(tx, fn)
     first_default = nargs - len(defaults)
     for j, name in enumerate(pos_names):
@@ -62,12 +64,14 @@ def bind_arguments(
             if j >= first_default:
                 bound[name] = defaults[j - first_default]
             else:
-                raise Break(f"{fname}() missing required argument {name!r}")
+                raise Break(f"{fname}() missing required argument {name!r}", "user_error")
     kwdefaults = _kwdefaults(tx, fn)
     for name in kwonly_names:
         if name not in bound:
             if name not in kwdefaults:
-                raise Break(f"{fname}() missing required keyword-only argument {name!r}")
+                raise Break(
+                    f"{fname}() missing required keyword-only argument {name!r}", "user_error"
+                )
             bound[name] = kwdefaults[name]
     if varkw_name is not None:
         bound[varkw_name] = DictVar(varkw)

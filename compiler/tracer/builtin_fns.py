@@ -108,7 +108,9 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         if fn in (max, min, sum, all, any, sorted):
             return _reduce_builtin(tx, fn, args)
         if fn in (bool, int, float) and args and isinstance(args[0], TensorVar):
-            raise Break(f"{fn.__name__}() of a tensor reads its value into Python")
+            raise Break(
+                f"{fn.__name__}() of a tensor reads its value into Python", "tensor_to_python"
+            )
         if fn is len and args and isinstance(args[0], TensorVar):
             return ConstVar(len(args[0].fake))
         raise Break(f"{getattr(fn, '__name__', fn)} on tensors is not traced")
@@ -407,7 +409,7 @@ def _filter(tx, args, kwargs):
 
 
 def _print(tx, args, kwargs):
-    raise Break("print() writes output; it runs in Python")
+    raise Break("print() writes output; it runs in Python", "print")
 
 
 def _type(tx, args, kwargs):

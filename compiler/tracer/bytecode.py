@@ -12,15 +12,16 @@ from __future__ import annotations
 import bisect
 import dis
 import linecache
-import sys
 import types
 from dataclasses import dataclass, field
 
-PY312 = sys.version_info >= (3, 12)
-PY311 = sys.version_info >= (3, 11)
+from compiler.tracer.opcodes import KNOWN
+from compiler.tracer.opcodes.registry import NEWEST, OLDEST, PYTHON
 
-if not PY311 or sys.version_info >= (3, 13):
-    raise ImportError("compiler.tracer supports CPython 3.11 and 3.12")
+if not OLDEST <= PYTHON <= NEWEST:
+    raise ImportError(
+        f"compiler.tracer supports CPython {OLDEST[0]}.{OLDEST[1]} to {NEWEST[0]}.{NEWEST[1]}"
+    )
 
 
 @dataclass(frozen=True)
@@ -75,32 +76,6 @@ class Code:
 
 _CACHE: dict[types.CodeType, Code] = {}
 
-# Opcodes whose meaning the tracer knows (symbolically and concretely). A code object that
-# uses any other opcode runs natively, with the reason recorded.
-KNOWN_OPCODES = frozenset(
-    """
-    NOP RESUME CACHE EXTENDED_ARG MAKE_CELL COPY_FREE_VARS PUSH_NULL POP_TOP COPY SWAP
-    LOAD_CONST LOAD_FAST LOAD_FAST_CHECK LOAD_FAST_AND_CLEAR STORE_FAST DELETE_FAST
-    LOAD_GLOBAL STORE_GLOBAL LOAD_NAME LOAD_DEREF STORE_DEREF LOAD_CLOSURE LOAD_ATTR
-    STORE_ATTR LOAD_METHOD PRECALL CALL KW_NAMES CALL_FUNCTION_EX MAKE_FUNCTION
-    BINARY_OP COMPARE_OP IS_OP CONTAINS_OP UNARY_NEGATIVE UNARY_NOT UNARY_INVERT
-    UNARY_POSITIVE BINARY_SUBSCR STORE_SUBSCR DELETE_SUBSCR BINARY_SLICE STORE_SLICE
-    BUILD_TUPLE BUILD_LIST BUILD_MAP BUILD_CONST_KEY_MAP BUILD_SET BUILD_SLICE
-    BUILD_STRING LIST_APPEND LIST_EXTEND LIST_TO_TUPLE SET_ADD SET_UPDATE MAP_ADD
-    DICT_UPDATE DICT_MERGE UNPACK_SEQUENCE UNPACK_EX GET_ITER FOR_ITER END_FOR
-    JUMP_FORWARD JUMP_BACKWARD JUMP_BACKWARD_NO_INTERRUPT JUMP JUMP_NO_INTERRUPT
-    POP_JUMP_IF_FALSE POP_JUMP_IF_TRUE POP_JUMP_IF_NONE POP_JUMP_IF_NOT_NONE
-    POP_JUMP_FORWARD_IF_FALSE POP_JUMP_FORWARD_IF_TRUE POP_JUMP_BACKWARD_IF_FALSE
-    POP_JUMP_BACKWARD_IF_TRUE POP_JUMP_FORWARD_IF_NONE POP_JUMP_FORWARD_IF_NOT_NONE
-    POP_JUMP_BACKWARD_IF_NONE POP_JUMP_BACKWARD_IF_NOT_NONE JUMP_IF_FALSE_OR_POP
-    JUMP_IF_TRUE_OR_POP RETURN_VALUE RETURN_CONST FORMAT_VALUE CALL_INTRINSIC_1
-    BEFORE_WITH PUSH_EXC_INFO WITH_EXCEPT_START POP_EXCEPT RERAISE RAISE_VARARGS
-    LOAD_ASSERTION_ERROR IMPORT_NAME IMPORT_FROM DELETE_ATTR RETURN_GENERATOR YIELD_VALUE
-    CHECK_EXC_MATCH LOAD_SUPER_ATTR
-    """.split()
-)
-
-
 def decode(code: types.CodeType) -> Code:
     cached = _CACHE.get(code)
     if cached is not None:
@@ -147,7 +122,8 @@ def _unsupported_reason(code: types.CodeType, instructions: list[Instr]) -> str 
     if code.co_flags & (0x80 | 0x100 | 0x200):  # coroutine, iterable coroutine, async generator
         return "coroutines are not traced; the function runs eagerly"
     ops = [i.opname for i in instructions]
-    unknown = sorted({op for op in ops if op not in KNOWN_OPCODES})
+    # LOAD_NAME is refused below with its own reason
+    unknown = sorted({op for op in ops if op not in KNOWN and op != "LOAD_NAME"})
     if unknown:
         return f"bytecode {', '.join(unknown)} is not supported by the tracer; the function runs eagerly"
     if "LOAD_NAME" in ops:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.runtime import autocast
+from compiler.support import autocast
 from compiler.tracer import builtin_fns, calls, objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import is_simple_exception_class

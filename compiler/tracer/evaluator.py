@@ -30,8 +30,8 @@ from compiler.records import (
     GraphRecord,
     SourceLine,
 )
-from compiler.runtime import autocast
-from compiler.runtime.gc_pause import gc_paused
+from compiler.support import autocast
+from compiler.support.gc_pause import gc_paused
 from compiler.tracer import concrete
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
@@ -40,6 +40,7 @@ from compiler.tracer.concrete import RealFrame, Returned
 from compiler.tracer.effects import entry_side_effects
 from compiler.tracer.graph_builder import SizeInput, is_node_impure
 from compiler.tracer.guards import CompiledGuards, compile_guards, concise
+from compiler.tracer.hints import hint_for
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import LazyVar, Tracer, TraceResult
@@ -150,6 +151,7 @@ def _source_of(fn: types.FunctionType) -> str:
 def run_function(
     ctx: CompileContext, fn: types.FunctionType, args: tuple | list, kwargs: dict
 ) -> Any:
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     if controls.stance() == "force_eager":
         return fn(*args, **kwargs)
     disabled = controls.disabled_mark(fn)
@@ -184,6 +186,7 @@ def _run_disabled(
     runs eagerly. With recursive=True that is a plain call (nothing it calls is compiled);
     with recursive=False its frame runs instruction by instruction here, so the calls it makes
     come back through the compiler."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     fn = mark.fn
     if mark.recursive or not isinstance(fn, types.FunctionType):
         return fn(*args, **kwargs)
@@ -194,6 +197,7 @@ def _run_disabled(
     grad_at_entry = torch.is_grad_enabled()
 
     def call_real(target: Any, call_args: list, call_kwargs: dict) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         return call_from_python(ctx, target, call_args, call_kwargs)
 
     try:
@@ -242,15 +246,18 @@ def _bind(fn: types.FunctionType, args: tuple | list, kwargs: dict) -> dict[str,
 
 
 def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     grad_at_entry = torch.is_grad_enabled()
     # taken before the first graph that leaves autocast switched (a break inside a block)
     autocast_at_entry = None
     any_autocast_at_entry = torch._C._is_any_autocast_enabled()
 
     def call_real(target: Any, args: list, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
         return call_from_python(ctx, target, args, kwargs)
 
     instructions = state.code.instructions
+    clock = _CallClock(time.perf_counter(), _COMPILES[0], [])
     try:
         while True:
             if frame.unwinding:  # an exception raised for real: its handler runs here
@@ -259,6 +266,7 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             L = frame.values()
             entry = _lookup(state, frame.pc, L, frame.globals)
             if entry is None:
+                _COMPILES[0] += 1
                 with gc_paused():
                     entry = _compile_entry(ctx, state, frame, L)
                 if entry is None:
@@ -266,7 +274,9 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             entry.record.hits += 1
             if entry.end_autocast is not None and autocast_at_entry is None:
                 autocast_at_entry = autocast.snapshot()
+            graph_start = time.perf_counter()
             outputs = _run_graph(entry, L, frame) if entry.graph_fn is not None else ()
+            clock.graphs.append((entry.record, time.perf_counter() - graph_start))
             if outputs is None:
                 return _run_rest(frame, _call_eagerly)
             if entry.end_grad is not None:
@@ -288,6 +298,31 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
         elif not any_autocast_at_entry and torch._C._is_any_autocast_enabled():
             autocast.switch_off()  # an eager graph raised inside a block it opened
         raise
+    finally:
+        clock.account(state.record)
+
+
+# Compiles so far in this process: a call during which anything compiled (its callees too)
+# measures the compiler, so it is left out of the runtime accounting.
+_COMPILES = [0]
+
+
+@dataclass
+class _CallClock:
+    """The time of one run of a frame, and of each graph it ran."""
+
+    start: float
+    compiles_at_start: int
+    graphs: list[tuple[EntryRecord, float]]
+
+    def account(self, record: FunctionRecord) -> None:
+        if _COMPILES[0] != self.compiles_at_start:
+            return
+        record.timed_calls += 1
+        record.run_time_s += time.perf_counter() - self.start
+        for entry, seconds in self.graphs:
+            entry.timed_hits += 1
+            entry.graph_time_s += seconds
 
 
 def _run_graph(entry: Entry, L: dict, frame: RealFrame) -> Any:
@@ -326,6 +361,7 @@ def call_from_python(ctx: CompileContext, target: Any, args: list, kwargs: dict)
     """A call made for real at a graph break: user Python code goes back through the compiler,
     and so does an optimizer step (compiler/optim); torch's zero_grad(set_to_none=True) runs
     as one loop over the parameters (compiler/optim/zero_grad.py)."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     step = optim.step_call(target, args, kwargs)
     if step is not None:
         return optim.run_step(ctx, step, run_function)
@@ -403,7 +439,7 @@ def _compile_entry(
     try:
         result, tracer = _trace(state, frame, L, policy)
         if result.kind == "break" and ctx.config.fullgraph:
-            raise Unsupported(result.reason, result.user_stack)
+            raise Unsupported(result.reason, result.user_stack, hint_for(result.break_kind))
         entry = _build_entry(ctx, state, frame, L, result, tracer, recompile_reason, start)
     except Unsupported:
         raise
@@ -479,7 +515,7 @@ def _trace(
             result = tracer.run()
         if result.kind != "restart":
             return result, tracer
-        break_at = (tracer.current_root_pc, result.reason, result.user_stack)
+        break_at = (tracer.current_root_pc, result.reason, result.user_stack, result.break_kind)
     raise RuntimeError("tracing did not settle after restarts")
 
 
@@ -553,7 +589,13 @@ def _build_entry(
     if result.kind == "break":
         break_pc = end_frame.pc
         ins = state.code.instructions[break_pc]
-        graph_break = GraphBreak(result.reason, result.user_stack, ins.opname)
+        graph_break = GraphBreak(
+            result.reason,
+            result.user_stack,
+            ins.opname,
+            kind=result.break_kind,
+            hint=hint_for(result.break_kind),
+        )
     lineno = state.code.instructions[frame.pc].lineno or state.record.firstlineno
     entry_record = EntryRecord(
         function=state.record.qualname,
@@ -574,9 +616,7 @@ def _build_entry(
     rerun = tracer.covered and not _has_effects(gm)
     kw_names = end_frame.kw_names if result.kind == "break" else None
     end_autocast = {
-        d: state
-        for d, state in builder.autocast.items()
-        if state != builder.autocast_at_start[d]
+        d: state for d, state in builder.autocast.items() if state != builder.autocast_at_start[d]
     }
     return Entry(
         guards,

@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from compiler.records import ControlRecord, SourceLine
-from compiler.runtime import autocast
+from compiler.support import autocast
 from compiler.tracer.breaks import Break
 from compiler.tracer.fake_mode import TracerFakeMode
 from compiler.tracer.guards import GuardSet
@@ -236,7 +236,8 @@ class GraphBuilder:
                 return target(*fake_args, **fake_kwargs)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
             raise Break(
-                f"{_op_name(kind, target)} has a data-dependent output ({type(e).__name__})"
+                f"{_op_name(kind, target)} has a data-dependent output ({type(e).__name__})",
+                "data_dependent_output",
             ) from None
         except UnsupportedOperatorException as e:
             raise Break(f"{_op_name(kind, target)} cannot run on fake tensors ({e})") from None
@@ -246,7 +247,8 @@ class GraphBuilder:
             # Most often the user's own error (a shape mismatch): running the op for real
             # raises it exactly as eager does.
             raise Break(
-                f"{_op_name(kind, target)} raised {type(e).__name__} while tracing: {e}"
+                f"{_op_name(kind, target)} raised {type(e).__name__} while tracing: {e}",
+                "user_error",
             ) from None
         finally:
             _running_fake.reset(token)

@@ -47,7 +47,7 @@ def _disabled(tx: Tracer, mark: Mark, args: list[Var], kwargs: dict[str, Var]) -
         f"call, which runs eagerly, and {callees}"
     )
     _record(tx, "disable", mark.name, reason)
-    raise Break(reason)
+    raise Break(reason, "disabled")
 
 
 def _disallowed(tx: Tracer, mark: Mark, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -56,7 +56,7 @@ def _disallowed(tx: Tracer, mark: Mark, args: list[Var], kwargs: dict[str, Var])
         "which runs in Python"
     )
     _record(tx, "disallow_in_graph", mark.name, reason)
-    raise Break(reason)
+    raise Break(reason, "disabled")
 
 
 def _opaque(tx: Tracer, mark: Mark, args: list[Var], kwargs: dict[str, Var]) -> Var:

@@ -1,4 +1,4 @@
-"""The symbolic interpreter: one handler per opcode, named after it.
+"""The symbolic interpreter: the run loop over the opcodes' traced handlers (opcodes/).
 
 It runs a frame's bytecode over tracer values (variables.py), recording torch work into an
 FX graph (graph_builder.py) and guards (guards.py), until the frame returns or reaches an
@@ -8,43 +8,32 @@ inside one restarts the trace and breaks at the call in the root frame instead.
 
 from __future__ import annotations
 
-import dis
-import operator
-import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from compiler.records import SourceLine
 from compiler.tracer import binding, calls, generators
-from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, InlineBreak, Raised, Restart
-from compiler.tracer.bytecode import PY312, Code, Instr, decode
-from compiler.tracer.container_opcodes import ContainerOpcodes
-from compiler.tracer.exception_opcodes import ExceptionOpcodes
+from compiler.tracer.bytecode import Code, Instr, decode
 from compiler.tracer.exceptions import describe_exception
 from compiler.tracer.graph_builder import GraphBuilder
 from compiler.tracer.guards import GuardSet
 from compiler.tracer.objects import AttrWrites
+from compiler.tracer.opcodes import TRACED
+from compiler.tracer.opcodes.registry import Return
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.variables import (
     NULL,
     CellVar,
     ConstVar,
     DictVar,
-    ExceptionVar,
     FunctionVar,
     IteratorVar,
     ListVar,
     NewObjectVar,
-    NullVar,
-    ObjVar,
     SetVar,
-    SliceVar,
-    SuperVar,
-    TupleVar,
     Var,
-    as_python_constant,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -92,9 +81,10 @@ class TraceResult:
     frame: SymFrame | None = None  # the root frame, before the breaking instruction
     reason: str = ""
     user_stack: list[SourceLine] = field(default_factory=list)
+    break_kind: str = "unsupported"  # keys the fix suggested for a break (hints.py)
 
 
-class Tracer(ContainerOpcodes, ExceptionOpcodes):
+class Tracer:
     def __init__(
         self,
         code: Code,
@@ -104,7 +94,7 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
         stack: list,
         cells: dict,
         pc: int,
-        break_at: tuple[int, str, list[SourceLine]] | None,
+        break_at: tuple[int, str, list[SourceLine], str] | None,
         fn_name: str,
         dynamic: DynamicPolicy | None = None,
         constants: list | None = None,
@@ -212,7 +202,10 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                 # cells holding code (`__class__`, a decorated function) are set once.
                 cell.contents = wrap_unguarded(value)
             else:
-                raise Break(f"closure variable {cell.name!r} has no source to guard")
+                # Such a function's cell object is its own for the function's life: the guards
+                # read its contents from the cell itself (a decorator's `tensor_name`).
+                source = f"{self.guards.reference(cell.cell, 'cell')}.cell_contents"
+                cell.contents = wrap(self, value, source)
         return cell.contents
 
     # ---- the run loop -------------------------------------------------------------------------
@@ -225,7 +218,11 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             if self.break_at is not None and frame.pc == self.break_at[0]:
                 return self._ended(
                     TraceResult(
-                        "break", frame=frame, reason=self.break_at[1], user_stack=self.break_at[2]
+                        "break",
+                        frame=frame,
+                        reason=self.break_at[1],
+                        user_stack=self.break_at[2],
+                        break_kind=self.break_at[3],
                     )
                 )
             saved_stack = list(frame.stack)
@@ -235,30 +232,43 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                 result = self.step(frame, ins)
             except Restart as r:
                 self.current_root_pc = r.pc
-                return TraceResult("restart", reason=r.reason, user_stack=[frame.line()])
+                return TraceResult(
+                    "restart", reason=r.reason, user_stack=[frame.line()], break_kind=r.kind
+                )
             except Break as b:
                 if self.unwound is not None:
                     return self._restart_at_raise(
-                        f"{b.reason} (in an exception handler)", [frame.line()]
+                        f"{b.reason} (in an exception handler)", [frame.line()], b.kind
                     )
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 return self._ended(
-                    TraceResult("break", frame=frame, reason=b.reason, user_stack=[frame.line()])
+                    TraceResult(
+                        "break",
+                        frame=frame,
+                        reason=b.reason,
+                        user_stack=[frame.line()],
+                        break_kind=b.kind,
+                    )
                 )
             except InlineBreak as b:
                 if self.unwound is not None:
-                    return self._restart_at_raise(b.reason, [frame.line(), *b.user_stack])
+                    return self._restart_at_raise(b.reason, [frame.line(), *b.user_stack], b.kind)
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 self.current_root_pc = frame.pc
                 return TraceResult(
-                    "restart", reason=b.reason, user_stack=[frame.line(), *b.user_stack]
+                    "restart",
+                    reason=b.reason,
+                    user_stack=[frame.line(), *b.user_stack],
+                    break_kind=b.kind,
                 )
             except Raised as r:
                 reason = f"{describe_exception(r.exc)} is raised here and not caught in the graph; it is raised again in Python"
                 if self.unwound is not None:
-                    return self._restart_at_raise(reason, r.user_stack or [frame.line()])
+                    return self._restart_at_raise(
+                        reason, r.user_stack or [frame.line()], "exception"
+                    )
                 frame.stack = saved_stack
                 frame.kw_names = saved_kw
                 return self._ended(
@@ -267,6 +277,7 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                         frame=frame,
                         reason=reason,
                         user_stack=r.user_stack or [frame.line()],
+                        break_kind="exception",
                     )
                 )
             if result is not None:
@@ -287,24 +298,29 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             generators.check_live(self, roots)
         except Restart as r:
             self.current_root_pc = r.pc
-            return TraceResult("restart", reason=r.reason, user_stack=result.user_stack)
+            return TraceResult(
+                "restart", reason=r.reason, user_stack=result.user_stack, break_kind=r.kind
+            )
         return result
 
-    def _restart_at_raise(self, reason: str, user_stack: list[SourceLine]) -> TraceResult:
+    def _restart_at_raise(
+        self, reason: str, user_stack: list[SourceLine], kind: str
+    ) -> TraceResult:
         """Trace again, ending the graph before the root-frame instruction that raised the
         exception whose handling the trace could not finish: that instruction then raises it
         for real."""
         self.current_root_pc = self.unwound
-        return TraceResult("restart", reason=reason, user_stack=user_stack)
+        return TraceResult("restart", reason=reason, user_stack=user_stack, break_kind=kind)
 
     def step(self, frame: SymFrame, ins: Instr) -> Var | None:
         self.instructions_run += 1
         self.current_frame = frame
         if self.instructions_run > MAX_INSTRUCTIONS:
             raise Break(
-                f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)"
+                f"the trace ran more than {MAX_INSTRUCTIONS} instructions (a very long loop)",
+                "long_loop",
             )
-        handler = getattr(self, ins.opname, None)
+        handler = TRACED.get(ins.opname)
         if handler is None:
             raise Break(f"bytecode {ins.opname} is not supported by the tracer")
         next_pc = frame.pc + 1
@@ -313,19 +329,38 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
             self.covered = True
         size_conditions = len(self.builder.shapes.env.guards)
         try:
-            out = handler(frame, ins)
+            out = handler(self, frame, ins)
         except Raised as r:
             self.unwind(frame, r)
             out = None
         if len(self.builder.shapes.env.guards) != size_conditions:
             self.builder.shapes.note_guards(size_conditions, self.builder.line)
-        if isinstance(out, _Return):
+        if isinstance(out, Return):
             return out.value
         frame.pc = frame.pc_next  # type: ignore[attr-defined]
         return None
 
     def jump(self, frame: SymFrame, ins: Instr) -> None:
         frame.pc_next = ins.jump_index  # type: ignore[attr-defined]
+
+    def unwind(self, frame: SymFrame, raised: Raised) -> None:
+        """Send `raised` to the handler of the instruction at frame.pc, or re-raise it to the
+        caller when no handler covers the instruction."""
+        if raised.user_stack is None:
+            raised.user_stack = list(self.builder.user_stack)
+        handler = frame.code.handlers[frame.pc]
+        if handler is None:
+            raise raised
+        if len(frame.stack) < handler.depth:
+            raise Break("the exception table's stack depth is deeper than the traced stack")
+        if self.unwound is None:
+            self.unwound = self.root_pc
+        del frame.stack[handler.depth :]
+        if handler.lasti:
+            frame.stack.append(ConstVar(frame.pc))
+        frame.stack.append(raised.exc)
+        frame.kw_names = None
+        frame.pc_next = handler.target  # type: ignore[attr-defined]
 
     # ---- inlining -------------------------------------------------------------------------------
 
@@ -364,9 +399,9 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
                 try:
                     result = self.step(child, ins)
                 except Break as b:
-                    raise InlineBreak(b.reason, [child.line()]) from None
+                    raise InlineBreak(b.reason, [child.line()], b.kind) from None
                 except InlineBreak as b:
-                    raise InlineBreak(b.reason, [child.line(), *b.user_stack]) from None
+                    raise InlineBreak(b.reason, [child.line(), *b.user_stack], b.kind) from None
                 except Raised:
                     if self.unwound is None:
                         self.unwound = self.root_pc  # the callee's effects so far are in the trace
@@ -393,384 +428,3 @@ class Tracer(ContainerOpcodes, ExceptionOpcodes):
 
     def push(self, frame: SymFrame, v: Var) -> None:
         frame.stack.append(v)
-
-    # ---- opcodes: stack and locals --------------------------------------------------------------
-
-    def NOP(self, frame, ins):
-        pass
-
-    RESUME = EXTENDED_ARG = CACHE = MAKE_CELL = COPY_FREE_VARS = NOP
-
-    def PUSH_NULL(self, frame, ins):
-        self.push(frame, NULL)
-
-    def POP_TOP(self, frame, ins):
-        frame.stack.pop()
-
-    def END_FOR(self, frame, ins):
-        del frame.stack[-2:]
-
-    def COPY(self, frame, ins):
-        self.push(frame, frame.stack[-ins.arg])
-
-    def SWAP(self, frame, ins):
-        i = ins.arg
-        frame.stack[-1], frame.stack[-i] = frame.stack[-i], frame.stack[-1]
-
-    def LOAD_CONST(self, frame, ins):
-        self.push(frame, calls.constant(ins.argval))
-
-    def RETURN_CONST(self, frame, ins):
-        return _Return(calls.constant(ins.argval))
-
-    def LOAD_FAST(self, frame, ins):
-        name = ins.argval
-        if name not in frame.locals:
-            raise Break(f"local variable {name!r} referenced before assignment")
-        v = frame.locals[name]
-        if isinstance(v, LazyVar):
-            v = frame.locals[name] = self.resolve(v)
-        self.push(frame, v)
-
-    LOAD_FAST_CHECK = LOAD_FAST
-
-    def LOAD_FAST_AND_CLEAR(self, frame, ins):
-        v = frame.locals.pop(ins.argval, None)
-        self.push(frame, self.resolve(v) if v is not None else NULL)
-
-    def STORE_FAST(self, frame, ins):
-        v = frame.stack.pop()
-        if isinstance(v, NullVar):  # 3.12 comprehension restoring an unbound local
-            frame.locals.pop(ins.argval, None)
-        else:
-            frame.locals[ins.argval] = v
-
-    def DELETE_FAST(self, frame, ins):
-        frame.locals.pop(ins.argval, None)
-
-    def LOAD_CLOSURE(self, frame, ins):
-        self.push(frame, frame.cells[ins.argval])
-
-    def LOAD_DEREF(self, frame, ins):
-        self.push(frame, self.cell_contents(frame.cells[ins.argval]))
-
-    def STORE_DEREF(self, frame, ins):
-        cell = frame.cells[ins.argval]
-        if cell.cell is not None and cell.source is None:
-            # the function was reached without a guarded path: its cells may not be the ones
-            # the next call reaches, so the write is not replayed on a baked-in cell
-            raise Break(
-                f"assignment to closure variable {cell.name!r} of a function without a source"
-            )
-        cell.contents = self.pop(frame)
-        cell.dirty = True
-        self.changed()
-
-    def LOAD_GLOBAL(self, frame, ins):
-        if (ins.arg or 0) & 1:
-            self.push(frame, NULL)
-        name = ins.argval
-        self.push(frame, self.load_global(frame, name))
-
-    def load_global(self, frame: SymFrame, name: str) -> Var:
-        if name in frame.globals:
-            return wrap(self, frame.globals[name], f"{frame.globals_source}[{name!r}]")
-        builtins = frame.globals.get("__builtins__", __builtins__)
-        if isinstance(builtins, dict):
-            if name in builtins:
-                return calls.builtin_var(builtins[name])
-        elif hasattr(builtins, name):
-            return calls.builtin_var(getattr(builtins, name))
-        raise Break(f"name {name!r} is not defined")
-
-    def STORE_GLOBAL(self, frame, ins):
-        raise Break(f"assignment to global {ins.argval!r} runs in Python")
-
-    # ---- attributes -----------------------------------------------------------------------------
-
-    def LOAD_ATTR(self, frame, ins):
-        obj = self.pop(frame)
-        name = ins.argval
-        if PY312 and (ins.arg or 0) & 1:
-            # 3.12 method load: [meth, self] or [NULL, attr]
-            attr = ops.load_attr(self, obj, name)
-            self.push(frame, NULL)
-            self.push(frame, attr)
-            return
-        self.push(frame, ops.load_attr(self, obj, name))
-
-    def LOAD_METHOD(self, frame, ins):
-        obj = self.pop(frame)
-        self.push(frame, NULL)
-        self.push(frame, ops.load_attr(self, obj, ins.argval))
-
-    def LOAD_SUPER_ATTR(self, frame, ins):
-        # 3.12: `super().name`; bit 0 of the argument asks for a method load, bit 1 says the
-        # call was super(cls, obj) (both forms leave [super, cls, obj] on the stack).
-        obj = self.pop(frame)
-        cls = self.pop(frame)
-        super_fn = self.pop(frame)
-        if not (isinstance(super_fn, ObjVar) and super_fn.value is super):
-            raise Break("super() through a name rebound from the builtin")
-        attr = ops.load_attr(self, SuperVar(as_python_constant(cls), obj), ins.argval)
-        if ins.arg & 1:
-            self.push(frame, NULL)
-        self.push(frame, attr)
-
-    def STORE_ATTR(self, frame, ins):
-        obj = self.resolve(frame.stack[-1])
-        value = self.resolve(frame.stack[-2])
-        ops.store_attr(self, obj, ins.argval, value)
-        del frame.stack[-2:]
-
-    # ---- calls -----------------------------------------------------------------------------------
-
-    def KW_NAMES(self, frame, ins):
-        frame.kw_names = (
-            ins.argval if isinstance(ins.argval, tuple) else frame.code.code.co_consts[ins.arg]
-        )
-
-    def PRECALL(self, frame, ins):
-        pass
-
-    def CALL(self, frame, ins):
-        argc = ins.arg
-        kw_names = frame.kw_names or ()
-        frame.kw_names = None
-        args = self.popn(frame, argc)
-        callable_ = self.pop(frame)
-        head = frame.stack.pop()
-        if not isinstance(head, NullVar):
-            # [callable, self, args...]
-            args = [callable_, *args]
-            callable_ = self.resolve(head)
-        kwargs = {}
-        if kw_names:
-            kwargs = dict(zip(kw_names, args[len(args) - len(kw_names) :]))
-            args = args[: len(args) - len(kw_names)]
-        self.push(frame, calls.call(self, callable_, args, kwargs))
-
-    def CALL_FUNCTION_EX(self, frame, ins):
-        kwargs_var = self.pop(frame) if ins.arg & 1 else None
-        args_var = self.pop(frame)
-        fn = self.pop(frame)
-        if frame.stack and isinstance(frame.stack[-1], NullVar):
-            frame.stack.pop()  # the NULL pushed before the callable
-        args = ops.unpack_iterable(self, args_var)
-        kwargs: dict[str, Var] = {}
-        if kwargs_var is not None:
-            if not isinstance(kwargs_var, DictVar):
-                raise Break("**kwargs of an unknown mapping")
-            kwargs = dict(kwargs_var.items)
-        self.push(frame, calls.call(self, fn, args, kwargs))
-
-    def MAKE_FUNCTION(self, frame, ins):
-        flags = ins.arg or 0
-        code_var = self.pop(frame)
-        closure = self.pop(frame) if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop(frame)  # annotations
-        kwdefaults = self.pop(frame) if flags & 0x02 else None
-        defaults = self.pop(frame) if flags & 0x01 else None
-        code = as_python_constant(code_var)
-        self.push(
-            frame,
-            FunctionVar(
-                code=code,
-                globals=frame.globals,
-                name=code.co_name,
-                defaults=defaults,
-                kwdefaults=kwdefaults,
-                closure=list(closure.items) if closure is not None else None,
-            ),
-        )
-
-    def RETURN_VALUE(self, frame, ins):
-        return _Return(self.pop(frame))
-
-    # ---- operators -------------------------------------------------------------------------------
-
-    def BINARY_OP(self, frame, ins):
-        b = self.pop(frame)
-        a = self.pop(frame)
-        op = ins.argrepr
-        self.push(frame, ops.binary(self, ops.BINARY_OPS[op], a, b))
-
-    def COMPARE_OP(self, frame, ins):
-        b = self.pop(frame)
-        a = self.pop(frame)
-        op = ins.argval if isinstance(ins.argval, str) else dis.cmp_op[ins.arg]
-        self.push(
-            frame, ops.binary(self, ops.COMPARE_OPS[op.replace("bool(", "").rstrip(")")], a, b)
-        )
-
-    def IS_OP(self, frame, ins):
-        b = self.pop(frame)
-        a = self.pop(frame)
-        same = ops.is_same(a, b)
-        self.push(frame, ConstVar(same != bool(ins.arg)))
-
-    def CONTAINS_OP(self, frame, ins):
-        container = self.pop(frame)
-        item = self.pop(frame)
-        self.push(frame, ConstVar(ops.contains(self, container, item) != bool(ins.arg)))
-
-    def UNARY_NEGATIVE(self, frame, ins):
-        self.push(frame, ops.unary(self, operator.neg, self.pop(frame)))
-
-    def UNARY_POSITIVE(self, frame, ins):
-        self.push(frame, ops.unary(self, operator.pos, self.pop(frame)))
-
-    def UNARY_INVERT(self, frame, ins):
-        self.push(frame, ops.unary(self, operator.invert, self.pop(frame)))
-
-    def UNARY_NOT(self, frame, ins):
-        self.push(frame, ConstVar(not ops.truth(self, self.pop(frame))))
-
-    def CALL_INTRINSIC_1(self, frame, ins):
-        kind = ins.argrepr
-        v = self.pop(frame)
-        if kind == "INTRINSIC_LIST_TO_TUPLE":
-            self.push(frame, TupleVar(list(v.items)))
-        elif kind == "INTRINSIC_UNARY_POSITIVE":
-            self.push(frame, ops.unary(self, operator.pos, v))
-        elif kind == "INTRINSIC_STOPITERATION_ERROR" and isinstance(v, ExceptionVar):
-            # 3.12 generators: a StopIteration leaving the body becomes a RuntimeError (PEP 479)
-            if issubclass(v.cls, StopIteration):
-                message = "generator raised StopIteration"
-                v = ExceptionVar(RuntimeError, [ConstVar(message)], cause=v)
-            self.push(frame, v)
-        else:
-            raise Break(f"CALL_INTRINSIC_1 {kind} is not supported")
-
-    # ---- subscripts ------------------------------------------------------------------------------
-
-    def BINARY_SUBSCR(self, frame, ins):
-        index = self.pop(frame)
-        obj = self.pop(frame)
-        self.push(frame, ops.getitem(self, obj, index))
-
-    def BINARY_SLICE(self, frame, ins):
-        stop = self.pop(frame)
-        start = self.pop(frame)
-        obj = self.pop(frame)
-        self.push(frame, ops.getitem(self, obj, SliceVar(start, stop, ConstVar(None))))
-
-    def STORE_SUBSCR(self, frame, ins):
-        index = self.resolve(frame.stack[-1])
-        obj = self.resolve(frame.stack[-2])
-        value = self.resolve(frame.stack[-3])
-        ops.setitem(self, obj, index, value)
-        del frame.stack[-3:]
-
-    def STORE_SLICE(self, frame, ins):
-        stop = self.resolve(frame.stack[-1])
-        start = self.resolve(frame.stack[-2])
-        obj = self.resolve(frame.stack[-3])
-        value = self.resolve(frame.stack[-4])
-        ops.setitem(self, obj, SliceVar(start, stop, ConstVar(None)), value)
-        del frame.stack[-4:]
-
-    def DELETE_SUBSCR(self, frame, ins):
-        index = self.resolve(frame.stack[-1])
-        obj = self.resolve(frame.stack[-2])
-        ops.delitem(self, obj, index)
-        del frame.stack[-2:]
-
-    # ---- iteration and jumps ---------------------------------------------------------------------
-
-    def GET_ITER(self, frame, ins):
-        self.push(frame, ops.get_iter(self, self.pop(frame)))
-
-    def FOR_ITER(self, frame, ins):
-        it = self.resolve(frame.stack[-1])
-        frame.stack[-1] = it
-        if not isinstance(it, IteratorVar):
-            raise Break(f"iteration over {type(it).__name__} is not traced")
-        generators.check_read(self, it)
-        if it.index < len(it.items):
-            self.push(frame, it.items[it.index])
-            it.move(it.index + 1)
-            return
-        it.move(it.index, exhausted=True)
-        if PY312:
-            self.push(frame, NULL)  # END_FOR pops the iterator and this
-        else:
-            frame.stack.pop()
-        self.jump(frame, ins)
-
-    def JUMP_FORWARD(self, frame, ins):
-        self.jump(frame, ins)
-
-    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP = JUMP_NO_INTERRUPT = JUMP_FORWARD
-
-    def _pop_jump(self, frame, ins, when: Callable[[SymFrame, Var], bool]):
-        v = self.resolve(frame.stack[-1])
-        taken = when(frame, v)
-        frame.stack.pop()
-        if taken:
-            self.jump(frame, ins)
-
-    def POP_JUMP_IF_FALSE(self, frame, ins):
-        self._pop_jump(frame, ins, lambda f, v: not ops.truth(self, v))
-
-    def POP_JUMP_IF_TRUE(self, frame, ins):
-        self._pop_jump(frame, ins, lambda f, v: ops.truth(self, v))
-
-    def POP_JUMP_IF_NONE(self, frame, ins):
-        self._pop_jump(frame, ins, lambda f, v: ops.is_none(v))
-
-    def POP_JUMP_IF_NOT_NONE(self, frame, ins):
-        self._pop_jump(frame, ins, lambda f, v: not ops.is_none(v))
-
-    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_IF_FALSE
-    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_IF_TRUE
-    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_IF_NONE
-    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
-
-    def JUMP_IF_FALSE_OR_POP(self, frame, ins):
-        v = self.resolve(frame.stack[-1])
-        if not ops.truth(self, v):
-            self.jump(frame, ins)
-        else:
-            frame.stack.pop()
-
-    def JUMP_IF_TRUE_OR_POP(self, frame, ins):
-        v = self.resolve(frame.stack[-1])
-        if ops.truth(self, v):
-            self.jump(frame, ins)
-        else:
-            frame.stack.pop()
-
-    # ---- imports and the rest -----------------------------------------------------------------
-
-    def IMPORT_NAME(self, frame, ins):
-        fromlist = ops.as_python_constant_or_none(self.pop(frame))
-        level = ops.as_python_constant_or_none(self.pop(frame))
-        name = ins.argval
-        if level != 0 or name not in sys.modules:
-            raise Break(f"import {name} runs in Python (the module is not imported yet)")
-        module = sys.modules[name] if fromlist else sys.modules[name.split(".")[0]]
-        self.push(frame, ObjVar(module))
-
-    def IMPORT_FROM(self, frame, ins):
-        self.push(frame, ops.load_attr(self, self.resolve(frame.stack[-1]), ins.argval))
-
-    def DELETE_ATTR(self, frame, ins):
-        ops.delete_attr(self, self.pop(frame), ins.argval)
-
-    def RETURN_GENERATOR(self, frame, ins):
-        if not frame.code.is_generator:
-            raise Break("RETURN_GENERATOR outside a generator")
-        self.push(frame, ConstVar(None))  # popped by the POP_TOP that follows
-
-    def YIELD_VALUE(self, frame, ins):
-        if frame.yields is None:
-            raise Break("yield outside an inlined generator")
-        frame.yields.append(self.pop(frame))
-        self.push(frame, ConstVar(None))  # the value sent back in
-
-
-@dataclass
-class _Return:
-    value: Var

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from compiler.records import PartitionRecord
+from compiler.records import BucketRecord, PartitionRecord
 from jupyter_compile import graph_svg
 from jupyter_compile.html import details, esc, heading, highlight, note, table
 from jupyter_compile.inspector.common import (
@@ -55,6 +55,8 @@ def graph_details(ref: GraphRef) -> str:
         parts.append(details(f"backend notes ({len(g.notes)})", "".join(note(n) for n in g.notes)))
     if g.partition is not None:
         parts.append(partition_details(g.partition))
+    if g.buckets:
+        parts.append(bucket_details(g.buckets))
     for name, code in g.aot_graphs.items():
         parts.append(details(f"aten graph: {name}", highlight(code)))
     if g.wrapper_source:
@@ -95,6 +97,26 @@ def partition_details(part: PartitionRecord) -> str:
         body.append(heading("inputs written back after the forward"))
         body.append(note(", ".join(part.mutated_inputs)))
     return details(f"forward / backward split ({len(part.saved)} saved)", "".join(body))
+
+
+def bucket_details(buckets: list[BucketRecord]) -> str:
+    """A graph split at DistributedDataParallel's gradient buckets: each part's parameters,
+    where it is cut, and its own aten graphs."""
+    rows = [
+        (
+            b.index,
+            ", ".join(b.params),
+            f"{b.param_bytes:,} / {b.cap_bytes:,}",
+            b.split_after
+            + (f" ({where(b.split_line)}: {b.split_line.text.strip()})" if b.split_line else ""),
+        )
+        for b in buckets
+    ]
+    body = [table(["part", "parameters", "bytes / cap", "cut after"], rows, mono_cols=(1, 3))]
+    for b in buckets:
+        for name, code in b.graph.aot_graphs.items() if b.graph is not None else ():
+            body.append(details(f"part {b.index}: aten graph {name}", highlight(code)))
+    return details(f"DDP gradient buckets ({len(buckets)} parts)", "".join(body))
 
 
 def drawing(ref: GraphRef, page: int = 0) -> tuple[str, int]:

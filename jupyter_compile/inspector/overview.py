@@ -10,10 +10,11 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from compiler.records import CompiledReport, ControlRecord, FunctionRecord, GraphBreak
-from jupyter_compile.explain import controls_table
+from jupyter_compile.breaks import controls_table, hint_html
 from jupyter_compile.html import (
     SHADES,
     LineMark,
+    Raw,
     annotated_source,
     badge,
     details,
@@ -87,6 +88,15 @@ def line_marks(
         mark = marks.setdefault(lineno, LineMark())
         if text not in mark.notes:
             mark.notes = (*mark.notes, text)
+            fix = Raw(hint_html(brk.hint)) if brk.hint is not None else None
+            if fix is not None and fix not in mark.hints:
+                mark.hints = (*mark.hints, fix)
+    for ref in refs:
+        found = ref.graph.mismatch
+        if found is not None and found.user_line is not None and in_function(fn, found.user_line):
+            marks.setdefault(
+                found.user_line.lineno, LineMark()
+            ).mismatch = f"graph {ref.index}: {found}"
     return marks
 
 
@@ -114,6 +124,10 @@ def summary_badges(report: CompiledReport) -> str:
         badge("kernels", len(kernel_refs(report))),
         badge("compile time", f"{compile_seconds(report):.2f} s"),
     ]
+    verified = sum(r.graph.verified_runs for r in refs)
+    if verified:
+        parts.append(badge("verified graph runs", verified))
+        parts.append(badge("mismatches", len(report.mismatches)))
     if report.backend:
         parts.append(badge("backend", report.backend))
     if report.mode:

@@ -104,6 +104,70 @@ def _kernels(state: InspectorState, result: TimingResult) -> str:
     )
 
 
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else ""
+
+
+def accounting(state: InspectorState) -> str:
+    """Where the time of the calls went, from the compiler's own accounting: per function, in
+    compiled graphs against Python (guards, the code around graph breaks, what runs eagerly),
+    and the hits of each entry. Calls that compiled something are left out."""
+    report = state.report
+    timed = [f for f in report.functions if f.timed_calls] if report is not None else []
+    if not timed:
+        return ""
+    rows, bars = [], []
+    for fn in timed:
+        total, graphs = fn.run_time_s, min(fn.graph_time_s, fn.run_time_s)
+        per_call = 1e3 / fn.timed_calls
+        rows.append(
+            (
+                fn.qualname,
+                fn.timed_calls,
+                f"{total * per_call:.4g} ms",
+                f"{graphs * per_call:.4g} ms ({_share(graphs, total)})",
+                f"{(total - graphs) * per_call:.4g} ms ({_share(total - graphs, total)})",
+            )
+        )
+        bars.append((f"{fn.qualname}: graphs", graphs * per_call, _COLORS["compiled"]))
+        bars.append((f"{fn.qualname}: Python", (total - graphs) * per_call, _COLORS["eager"]))
+    entries = [
+        (
+            fn.qualname,
+            f"line {e.start_line}",
+            "yes" if e.graph is not None else "no (Python only)",
+            e.hits,
+            f"{e.graph_time_s * 1e6 / e.timed_hits:.1f} µs" if e.timed_hits else "",
+            e.graph_break.reason if e.graph_break is not None else "returns",
+        )
+        for fn in timed
+        for e in fn.entries
+    ]
+    return (
+        heading("where the time goes, per call (calls that compiled nothing)")
+        + table(
+            [
+                "function",
+                "calls",
+                "per call",
+                "in compiled graphs",
+                "in Python (guards, code around breaks)",
+            ],
+            rows,
+            mono_cols=(0,),
+        )
+        + bar_chart(bars, "ms")
+        + heading("entries: hits and graph time", 5)
+        + table(
+            ["function", "starts at", "graph", "hits", "graph time per hit", "ends at"], entries
+        )
+        + note(
+            "CPU time measured by the frame evaluator; on a GPU, graph time is the time to "
+            "launch its kernels."
+        )
+    )
+
+
 def _stages(state: InspectorState) -> str:
     totals = stage_totals(state.report)
     total = sum(totals.values())
@@ -148,6 +212,7 @@ def render(state: InspectorState) -> str:
                 "of its arguments, if it changes nothing else"
             )
         )
+    parts.append(accounting(state))
     if state.report is not None and state.report.functions:
         parts.append(_stages(state))
     return "".join(parts)

@@ -251,6 +251,59 @@ for stage in graph.stage_times:
 describe_run(softmax_scale)
 """),
     md("""
+## Fixing graph breaks
+
+Every graph break carries a *kind* and a fix for it: whether the break is fundamental (no
+graph can hold it: Python reading a tensor's value, output), what your code asked for
+(`compiler.disable`, an exception it raises), or a construct this tracer does not support
+yet, and a suggestion with a snippet. Here is a function with four breaks:
+"""),
+    inspector("""
+%%compile --backend eager
+import numpy as np
+
+def normalize(x):
+    scale = x.abs().max().item()          # a tensor's value read into Python
+    y = x / scale
+    print("normalized")                   # output
+    if y.sum() > 0:                       # a branch on a tensor's value
+        y = y * 2
+    return torch.from_numpy(np.tanh(y.numpy()))  # NumPy
+
+normalize(torch.randn(16))
+"""),
+    md("""
+The Overview above shows each break with its fix under the line. `%explain` with the bare
+name explains the calls already made, without calling the function again; the fixes are in
+its *how to avoid it* column and in `compiler.explain`'s text.
+"""),
+    code("""
+%explain normalize
+"""),
+    code("""
+explanation = compiler.explain(normalize)(torch.randn(16))
+for brk in explanation.break_reasons:
+    print(f"{brk.kind:24} ({brk.hint.category}) line {brk.user_stack[-1].lineno}")
+    print("   ", brk.hint.suggestion)
+"""),
+    md("""
+Following the fixes: keep the scale a tensor, print outside, select with `torch.where`
+instead of branching, and use torch's `tanh`. The function is now one graph, and gives the
+same result.
+"""),
+    inspector("""
+%%compile --backend eager
+def normalize_fixed(x):
+    scale = x.abs().max()
+    y = x / scale
+    y = torch.where(y.sum() > 0, y * 2, y)
+    return torch.tanh(y)
+
+x = torch.randn(16)
+torch.testing.assert_close(normalize_fixed(x), normalize(x))
+print(compiler.explain(normalize_fixed)(x).graph_break_count, "graph breaks")
+"""),
+    md("""
 ## Training: the backward pass, compiled
 
 When a graph's inputs require grad, the code generator compiles its backward too. It traces

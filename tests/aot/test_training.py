@@ -425,7 +425,7 @@ def test_channels_last_training_matches_eager(monkeypatch):
     """The NHWC training path (CUDA's): saved activations stay NHWC for the backward, whose
     convolutions take NHWC gradients; parameters' gradients keep eager's layout. Run here on
     the CPU by adding it to the devices that train channels-last."""
-    from compiler.codegen import compile_fx as compile_fx_module
+    from compiler.backends import inductor as compile_fx_module
 
     monkeypatch.setattr(compile_fx_module, "TRAINING_CHANNELS_LAST", frozenset({"cpu"}))
     model = _cnn()
@@ -448,7 +448,7 @@ def test_steps_after_the_first_read_no_input_metadata(monkeypatch):
     out by its forward. Reading every input's shape and strides again cost ~0.5 ms a
     resnet18 step (hundreds of inputs)."""
     from compiler.aot import training
-    from compiler.codegen import compile_fx as fx
+    from compiler.backends import inductor as fx
 
     model = _cnn()
     compiled = compiler.compile(lambda m, x: m(x).square().mean())
@@ -469,3 +469,24 @@ def test_steps_after_the_first_read_no_input_metadata(monkeypatch):
         torch.testing.assert_close(loss, expected)
         loss.backward()
     assert calls["n"] == 0
+
+
+def test_the_record_names_the_attention_kernel_of_a_training_graph_on_cpu():
+    """Issue 29: the inspector says which of torch's attention kernels ran (a training graph
+    on the CPU keeps the CPU flash attention op whole, forward and backward)."""
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(32, 3 * 32)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    model = Attention()
+    compiled = compiler.compile(model)
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    compiled(x).sum().backward()
+    notes = [n for g in compiler.inspect(compiled).graphs for n in g.notes]
+    assert any(n.startswith("attention forward: torch's FLASH_ATTENTION (CPU)") for n in notes)

@@ -9,7 +9,8 @@ tab's table fits the output area. Then it saves the notebook and opens a copy (a
 so no widget models: what a saved or shared notebook is) and checks that every inspector shows
 its static twin, not "Error displaying widget: model not found"; and it exports the saved
 notebook to HTML with nbconvert and checks that the source keeps its indentation there.
-Screenshots go to test-output/.
+A second notebook, written by the test, shows verify mode's red line (a lowering made wrong
+for the test) and the fix suggested under a graph break. Screenshots go to test-output/.
 
 Playwright's own browser download is not reachable from our machines, so the test uses
 /usr/bin/chromium (`make test` installs it) and never runs `playwright install`.
@@ -106,6 +107,8 @@ def lab_url(tmp_path: Path, lab_root: Path, output_dir: Path) -> Iterator[str]:
         os.environ,
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
         JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        # the kernels import this checkout's packages, not an installed copy's
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
     )
     port = _free_port()
     log = output_dir / "jupyterlab.log"
@@ -296,4 +299,83 @@ def test_getting_started_renders_inspector_in_jupyterlab(
             _check_export(page, lab_root / NOTEBOOK, output_dir)
         finally:
             (output_dir / "browser_console.log").write_text("\n".join(console))
+            browser.close()
+
+
+# A notebook of the test's own: a lowering made wrong (sin computed as cos) so that verify
+# mode finds a real mismatch, and a function whose graph break gets a suggested fix.
+VERIFY_NOTEBOOK = "verify_and_hints.ipynb"
+VERIFY_CELLS = [
+    "%load_ext jupyter_compile\nimport torch",
+    "from compiler.lowering import pointwise\n"
+    "pointwise.UNARY[torch.ops.aten.sin] = 'cos'  # a wrong lowering, for the test",
+    "%%compile --verify\n"
+    "def wrong(x):\n"
+    "    y = x + 1\n"
+    "    return torch.sin(y) * 2\n"
+    "\n"
+    "wrong(torch.randn(8))",
+    "%%compile --backend eager\n"
+    "def scaled(x):\n"
+    "    y = x * 2\n"
+    "    return y * y.sum().item()\n"
+    "\n"
+    "scaled(torch.randn(3))",
+]
+
+
+def _write_verify_notebook(path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in VERIFY_CELLS])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
+@pytest.mark.timeout(RUN_ALL_S + 600)
+def test_verify_mismatch_and_break_hint_in_jupyterlab(
+    lab_url: str, lab_root: Path, output_dir: Path
+) -> None:
+    _write_verify_notebook(lab_root / VERIFY_NOTEBOOK)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{lab_url}/lab/tree/{VERIFY_NOTEBOOK}")
+            page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=120_000)
+            page.locator("#jp-main-statusbar", has_text="| Idle").wait_for(timeout=180_000)
+            try:
+                _run_all_cells(page)
+            finally:
+                page.screenshot(path=str(output_dir / "verify_after_run_all.png"), full_page=True)
+
+            red = page.locator("tr.jc-mismatch-line >> visible=true").first
+            red.wait_for(timeout=60_000)
+            red.scroll_into_view_if_needed()
+            assert "torch.sin(y)" in red.inner_text()
+            background = red.evaluate("el => getComputedStyle(el).backgroundColor")
+            r, g, b = (int(v) for v in background[background.index("(") + 1 : -1].split(",")[:3])
+            assert r > 200 and g < 200 and b < 200, f"the mismatch line is not red: {background}"
+            note = page.locator("tr.jc-mismatch >> visible=true").first
+            assert "sin (torch.sin)" in note.inner_text()
+            warning = page.locator(
+                ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                has_text="VerificationWarning",
+            )
+            assert warning.count() >= 1, "the VerificationWarning is not shown under the cell"
+            red.screenshot(path=str(output_dir / "verify_red_line.png"))
+
+            fix = page.locator("tr.jc-fix >> visible=true").first
+            fix.wait_for(timeout=60_000)
+            fix.scroll_into_view_if_needed()
+            text = fix.inner_text()
+            assert "fix (fundamental)" in text and "Keep the value a tensor" in text, text
+            code = fix.locator("pre").first
+            assert "not: x / x.abs().max().item()" in code.inner_text()
+            page.screenshot(path=str(output_dir / "break_hint.png"))
+        finally:
             browser.close()

@@ -27,7 +27,8 @@ def test_names_and_comments_aside_the_same_code_is_shared():
         _kernel("cpp_poi_fused_add_4", "x + 1;", language="triton"),  # other language
         _kernel("cpp_poi_fused_add_5", "x + 1; // a trailing comment is code here"),
     ]
-    assert shared_kernels(kernels) == {
+    same = {k.name: (torch.float32,) for k in kernels}
+    assert shared_kernels(kernels, same) == {
         "cpp_poi_fused_add_0": "cpp_poi_fused_add_0",
         "cpp_poi_fused_add_1": "cpp_poi_fused_add_0",
         "cpp_poi_fused_add_2": "cpp_poi_fused_add_2",
@@ -40,7 +41,43 @@ def test_names_and_comments_aside_the_same_code_is_shared():
 def test_a_name_inside_another_identifier_is_not_the_kernel_name():
     a = _kernel("k_1", "k_12 + 1;")
     b = _kernel("k_3", "k_32 + 1;")  # "k_12" / "k_32" are not the kernels' names
-    assert shared_kernels([a, b]) == {"k_1": "k_1", "k_3": "k_3"}
+    same = {"k_1": (torch.float32,), "k_3": (torch.float32,)}
+    assert shared_kernels([a, b], same) == {"k_1": "k_1", "k_3": "k_3"}
+
+
+def test_the_same_code_for_other_pointer_dtypes_stays_apart():
+    """A Triton kernel's text names no dtype: compiled for int32 pointers it must not serve
+    float64 ones (on CUDA the shared binary read float64 memory as int32/float32)."""
+    a = _kernel("k_1", "x + 1;", language="triton")
+    b = _kernel("k_2", "x + 1;", language="triton")
+    c = _kernel("k_3", "x + 1;", language="triton")
+    signatures = {"k_1": (torch.int32,), "k_2": (torch.float64,), "k_3": (torch.int32,)}
+    assert shared_kernels([a, b, c], signatures) == {"k_1": "k_1", "k_2": "k_2", "k_3": "k_1"}
+
+
+def _diagonals(a, b, c):
+    return a.diagonal().clone(), b.diagonal().clone(), c.diagonal().clone()
+
+
+@pytest.mark.parametrize("emitter", ["cpp", "triton"])
+def test_one_graph_over_several_dtypes_shares_no_kernel_across_them(emitter, monkeypatch):
+    """The same op on tensors of several dtypes in one graph (the OpInfo suite's grouped
+    samples): kernels of one text but other dtypes are compiled apart."""
+    if emitter == "cpp":
+        monkeypatch.delenv("COMPILER_CPU_EMITTER", raising=False)
+    else:
+        monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    xs = [
+        torch.randint(-100, 100, (5, 5), dtype=torch.int32),
+        torch.randn(5, 5, dtype=torch.float64),
+        torch.randint(-100, 100, (5, 5), dtype=torch.int32),
+    ]
+    record = check(_diagonals, *xs, interpreter=False)
+    kernels = [k for k in record.kernels if k.language != "extern"]
+    shared = {k.name: k.config.get("compiled_as") for k in kernels if "compiled_as" in k.config}
+    dtype_of = {k.name: x.dtype for k, x in zip(kernels, xs)}
+    for name, first in shared.items():
+        assert dtype_of[name] == dtype_of[first], (name, first)
 
 
 class TwoBlocks(torch.nn.Module):

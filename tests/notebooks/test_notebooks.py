@@ -41,6 +41,8 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "jupyter-compile tests",
         "language": "python",
+        # the kernel imports this checkout's packages, not an installed copy's
+        "env": {"PYTHONPATH": str(REPO_ROOT)},
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     return {"JUPYTER_PATH": str(data_dir)}
@@ -111,6 +113,11 @@ def test_notebook_executes_with_inspectors(
     for cell in nb.cells:
         if cell.cell_type == "code" and cell.source.startswith("%explain"):
             text = _visible_text(_html_outputs(cell))
-            assert "bar" in text and "if b.sum() < 0" in text, (
-                f"{name} cell {cell.id}: %explain did not render the break at `if b.sum() < 0`"
+            explained = re.match(r"%explain\s+(?:-o\s+)?(\w+)", cell.source).group(1)
+            assert f"%explain {explained}" in text and "graph breaks" in text, (
+                f"{name} cell {cell.id}: %explain did not render"
             )
+            if explained == "bar":
+                assert "if b.sum() < 0" in text, f"{name} cell {cell.id}: no break at the `if`"
+            if "how to avoid it" in text:  # each break's fix, with its snippet
+                assert "fix (" in text, f"{name} cell {cell.id}: a break without its fix"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import compiler
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.runtime.cudagraphs import CudaGraphRunner
 
 pytestmark = pytest.mark.gpu
@@ -188,6 +188,9 @@ def test_reduce_overhead_reads_parameters_in_place(monkeypatch):
             torch.testing.assert_close(compiled(x), model(x))
         # 6 parameters and BatchNorm's 2 running statistics read in place; only x is copied
         assert captures == [(8, 1)]
+        (note,) = [n for g in compiler.inspect(compiled).graphs for n in g.notes if "capture" in n]
+        assert note.startswith("CUDA graph (capture 1): reads 8 inputs where they are")
+        assert "each replay copies 1 inputs in (0.0 MiB), 0 of them back" in note
         # Parameters changed in place are read where they are: no new capture needed
         model[0].weight.mul_(2)
         model[1].running_mean.add_(0.5)
@@ -305,3 +308,26 @@ def test_attention_inputs_in_a_channels_last_graph_on_cuda():
         (g_ours,) = torch.autograd.grad(compiled(x).sum(), x)
         torch.testing.assert_close(g_ours, g_eager, atol=1e-4, rtol=1e-4)
     assert not [g for g in compiler.inspect(compiled).graphs if g.fallback]
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 3 * 64)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 16, 3, 4, 16).permute(2, 0, 3, 1, 4).unbind(0)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_the_record_names_the_attention_kernel_that_ran_on_cuda():
+    """Issue 29: the inspector says which of torch's fused attention kernels ran, forward
+    and backward, as eager's dispatch picked it (flash for bf16 on a Hopper GPU)."""
+    model = _Attention().cuda().to(torch.bfloat16)
+    compiled = compiler.compile(model)
+    x = torch.randn(2, 16, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    compiled(x).sum().backward()
+    notes = [n for g in compiler.inspect(compiled).graphs for n in g.notes]
+    attention = [n for n in notes if n.startswith("attention")]
+    assert any(n.startswith("attention forward: torch's FLASH_ATTENTION") for n in attention)
+    assert any(n.startswith("attention backward: torch's FLASH_ATTENTION") for n in attention)

@@ -7,9 +7,9 @@ import types
 import pytest
 import torch
 
-from compiler.tracer import concrete
-from compiler.tracer.bytecode import KNOWN_OPCODES, decode
-from compiler.tracer.translator import Tracer
+from compiler.tracer.bytecode import decode
+from compiler.tracer.opcodes import CONCRETE, KNOWN, TRACED
+from compiler.tracer.opcodes.registry import REGISTRATIONS, registrations
 
 
 def _functions_with_try_blocks() -> list[types.FunctionType]:
@@ -70,14 +70,25 @@ def test_except_star_runs_natively():
     assert "not supported" in decode(namespace["f"].__code__).unsupported
 
 
-# Opcodes the tracer knows that the frame evaluator never runs: LOAD_NAME makes a frame
-# run natively; generators are only inlined, run to completion in the trace.
-_TRACE_ONLY = {"LOAD_NAME", "RETURN_GENERATOR", "YIELD_VALUE"}
+# Opcodes the tracer knows that the frame evaluator never runs: generators are only inlined,
+# run to completion in the trace.
+_TRACE_ONLY = {"RETURN_GENERATOR", "YIELD_VALUE"}
 
 
-@pytest.mark.parametrize("opname", sorted(KNOWN_OPCODES & set(dis.opmap)))
+@pytest.mark.parametrize("opname", sorted(KNOWN))
 def test_known_opcode_has_handlers(opname):
-    if opname != "LOAD_NAME":
-        assert hasattr(Tracer, opname), f"the tracer has no {opname} handler"
+    assert opname in dis.opmap, f"{opname} is registered for a Python without it"
+    assert opname in TRACED, f"the tracer has no {opname} handler"
     if opname not in _TRACE_ONLY:
-        assert opname in concrete._HANDLERS, f"the frame evaluator has no {opname} handler"
+        assert opname in CONCRETE, f"the frame evaluator has no {opname} handler"
+
+
+def test_each_version_registers_an_opcode_once():
+    for version in ((3, 11), (3, 12)):
+        names = [r.name for r in REGISTRATIONS if r.covers(version)]
+        assert len(names) == len(set(names)) == len(registrations(version))
+
+
+def test_module_level_code_keeps_its_reason():
+    code = compile("x + 1", "<cell>", "eval")
+    assert "module-level code" in decode(code).unsupported

@@ -14,6 +14,7 @@ from compiler import optim
 from compiler.tracer import builtin_fns, calls, operations
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.hints import call_kind
 from compiler.tracer.marked import marked_call
 from compiler.tracer.values import torch_functions
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
@@ -93,17 +94,20 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
         if special is not None:
             return special(tx, args, kwargs)
         if args and torch_functions.is_optimizer(args[0]):
-            raise Break(torch_functions.optimizer_reason(real.__name__, args[0].value))
+            raise Break(
+                torch_functions.optimizer_reason(real.__name__, args[0].value), "optimizer"
+            )
         if args and torch_functions.is_lr_scheduler(args[0]):
-            raise Break(torch_functions.lr_scheduler_reason(real.__name__))
+            raise Break(torch_functions.lr_scheduler_reason(real.__name__), "optimizer")
         scheduled = optim.scheduled_optimizer(real)
         if scheduled is not None:  # opt.step once an LR scheduler wrapped it
-            raise Break(torch_functions.optimizer_reason("step", scheduled))
+            raise Break(torch_functions.optimizer_reason("step", scheduled), "optimizer")
         if calls.is_torch_function(real):
             return torch_functions.torch_call(tx, real, args, kwargs)
         if calls.is_skipped(real):
             raise Break(
-                f"call to {operations.describe(fn)} runs in Python (library code is not traced)"
+                f"call to {operations.describe(fn)} runs in Python (library code is not traced)",
+                call_kind(real, library=True),
             )
     return tx.inline(fn, args, kwargs)
 
@@ -121,7 +125,8 @@ def _call_grad_decorated(
     ctx = factory() if callable(factory) else None
     if type(ctx) not in (torch.no_grad, torch.enable_grad):
         raise Break(
-            f"call to {operations.describe(fn)} runs in Python (a context-manager decorator)"
+            f"call to {operations.describe(fn)} runs in Python (a context-manager decorator)",
+            "context_manager",
         )
     enabled = type(ctx) is torch.enable_grad
     prev = tx.builder.grad_enabled

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.runtime.static import mark_static_address
+from compiler.support.static import mark_static_address
 from compiler.tracer import calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
@@ -204,7 +204,7 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
         module_mod._global_forward_pre_hooks or module_mod._global_backward_hooks
     )  # fmt: skip
     if hooks:
-        raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python")
+        raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python", "module_hooks")
     forward = mod.__dict__.get("forward")
     if getattr(type(mod), "__compiled__", None) is not None and hasattr(type(mod), "_orig_mod"):
         # A module from compiler.compile called from compiled code: trace its original forward.

@@ -10,6 +10,7 @@ import torch
 
 from compiler.tracer import operations
 from compiler.tracer.breaks import Break
+from compiler.tracer.hints import tensor_method_kind
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import AttrCallVar, ConstVar, TensorVar, Var, is_python_constant
 from compiler.tracer.wrap import wrap
@@ -70,7 +71,7 @@ def _attr(tx: Tracer, t: TensorVar, name: str) -> Var:
 def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     reason = _BREAK_TENSOR_METHODS.get(name)
     if reason:
-        raise Break(reason)
+        raise Break(reason, tensor_method_kind(name))
     return tx.builder.call("call_method", name, [t, *args], kwargs)
 
 
@@ -88,7 +89,8 @@ def _setitem(tx: Tracer, t: TensorVar, index: Var, value: Var) -> None:
 def _truth(tx: Tracer, t: TensorVar) -> bool:
     raise Break(
         "data-dependent control flow: the branch depends on the value of a tensor "
-        "(Python has to look at the data, so the graph ends here and the condition runs eagerly)"
+        "(Python has to look at the data, so the graph ends here and the condition runs eagerly)",
+        "data_dependent_branch",
     )
 
 

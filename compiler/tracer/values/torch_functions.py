@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from compiler import optim
-from compiler.runtime.autocast import AutocastRestore
+from compiler.support.autocast import AutocastRestore
 from compiler.tracer import reconstruct
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
@@ -50,10 +50,10 @@ _STATEFUL_TORCH_NAMES = (
 def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     reason = _AUTOGRAD_REASONS.get(fn)
     if reason is not None:
-        raise Break(reason)
+        raise Break(reason, "autograd_engine")
     name = getattr(fn, "__name__", "")
     if name in _STATEFUL_TORCH_NAMES or name.startswith("set_") or name.startswith("_set_"):
-        raise Break(f"torch.{name} changes global state; it runs in Python")
+        raise Break(f"torch.{name} changes global state; it runs in Python", "global_state")
     return tx.builder.call("call_function", fn, args, kwargs)
 
 

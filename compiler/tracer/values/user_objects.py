@@ -16,6 +16,7 @@ import torch
 from compiler.tracer import builtin_fns, calls, construct, objects, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr
+from compiler.tracer.hints import call_kind
 from compiler.tracer.marked import marked_call
 from compiler.tracer.values import modules, torch_functions
 from compiler.tracer.values.numbers import describe_value, same_value
@@ -214,7 +215,8 @@ def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var])
     if isinstance(call_attr, types.FunctionType):
         return calls.call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
     raise Break(
-        f"call to {operations.describe(fn)} runs in Python (it is not a torch op or Python code)"
+        f"call to {operations.describe(fn)} runs in Python (it is not a torch op or Python code)",
+        call_kind(value),
     )
 
 

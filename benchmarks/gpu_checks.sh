@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Every CUDA check of a session in one device call (the device machine has 16 cores and one
+# GPU; the checks run side by side, each in a process of its own, each stopped with SIGINT at
+# its time limit so that pytest still prints what it ran):
+#   tracer      the tracer suite on the machine's Python (3.12)
+#   gputests    the GPU-marked tests of runtime/aot/backends/tracer
+#   cudatests   the Triton differential tests compiled by real Triton, and every GPU-marked
+#               test of tests/codegen (CODEGEN_TEST_DEVICE=cuda), the OpInfo CI subset included
+#   opinfo      the full OpInfo run (every sample) on CUDA in $OPINFO_SHARDS interleaved shards
+#   fuzz        the FX-graph fuzzer on CUDA, $FUZZ_CASES cases
+# Summaries go to $OUT/gpu_checks.txt (the device returns at most 8 files).
+set -u
+OUT=${OUT:-/tmp/gpu_out}
+LOGS=/tmp/gpu_logs
+LIMIT=${LIMIT:-480}
+mkdir -p "$OUT" "$LOGS"
+[ -d .whl ] && pip install --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+# ~13 processes share 16 cores: a few compile workers each, not 16
+export COMPILER_COMPILE_WORKERS=${COMPILER_COMPILE_WORKERS:-2} COMPILER_COMPILE_THREADS=2
+python3 -m compiler.runtime.tensor_guards build >/dev/null 2>&1 || echo "tensor guards stay in Python"
+PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
+run() {  # name, command...
+  local name=$1; shift
+  (timeout -s INT "$LIMIT" "$@" > "$LOGS/$name.txt" 2>&1; echo "exit $?" >> "$LOGS/$name.txt") &
+}
+python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())" > "$OUT/gpu_checks.txt"
+run tracer $PYTEST tests/tracer
+run gputests $PYTEST -m gpu tests/runtime tests/aot tests/backends tests/tracer
+CODEGEN_TEST_DEVICE=cuda run cuda_differential $PYTEST tests/codegen/test_triton_*.py
+CODEGEN_TEST_DEVICE=cuda run cuda_gpu_marked $PYTEST -rs -m gpu tests/codegen
+SHARDS=${OPINFO_SHARDS:-8}
+for i in $(seq 0 $((SHARDS - 1))); do
+  OPINFO_FULL=1 OPINFO_SHARD=$i/$SHARDS CODEGEN_TEST_DEVICE=cuda \
+    run opinfo_$i $PYTEST -m gpu tests/codegen/test_opinfo_differential.py
+done
+FUZZ_EXAMPLES=${FUZZ_CASES:-2000} FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda \
+  run fuzz $PYTEST --timeout=0 -k test_fuzz_cuda tests/codegen/test_fuzz_graphs.py
+wait
+for f in "$LOGS"/*.txt; do
+  echo "== $(basename "$f" .txt)" >> "$OUT/gpu_checks.txt"
+  grep -E "^(FAILED|ERROR)|passed|failed|^total|^cuda |exit [0-9]+" "$f" | tail -40 >> "$OUT/gpu_checks.txt"
+done
+cp test-output/fuzz/*.json "$LOGS"/ 2>/dev/null
+tar czf "$OUT/gpu_logs.tgz" -C "$LOGS" .
+cat "$OUT/gpu_checks.txt" | cut -c1-300 | tail -150

@@ -1,0 +1,168 @@
+"""Opcodes of control flow: iteration, jumps and generators.
+
+How a loop ends differs by version: 3.11's FOR_ITER pops the exhausted iterator and jumps
+past the loop; from 3.12 it jumps to END_FOR, modelled here as pushing a NULL that END_FOR
+pops with the iterator (CPython skips END_FOR instead, to the same effect).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from compiler.tracer import generators
+from compiler.tracer import operations as ops
+from compiler.tracer.breaks import Break
+from compiler.tracer.calls import REAL_NULL
+from compiler.tracer.opcodes.registry import opcode
+from compiler.tracer.variables import NULL, ConstVar, IteratorVar
+
+
+@opcode("GET_ITER")
+class GetIter:
+    def traced(tx, frame, ins):
+        tx.push(frame, ops.get_iter(tx, tx.pop(frame)))
+
+    def concrete(f, ins, call_real):
+        f.stack.append(iter(f.stack.pop()))
+
+
+def _traced_next(tx, frame) -> bool:
+    """Push the next item of the iterator on top of the stack; False when it is exhausted."""
+    it = tx.resolve(frame.stack[-1])
+    frame.stack[-1] = it
+    if not isinstance(it, IteratorVar):
+        raise Break(f"iteration over {type(it).__name__} is not traced")
+    generators.check_read(tx, it)
+    if it.index < len(it.items):
+        tx.push(frame, it.items[it.index])
+        it.move(it.index + 1)
+        return True
+    it.move(it.index, exhausted=True)
+    return False
+
+
+def _real_next(f) -> bool:
+    try:
+        f.stack.append(next(f.stack[-1]))
+    except StopIteration:
+        return False
+    return True
+
+
+@opcode("FOR_ITER", until=(3, 12))
+class ForIter311:
+    def traced(tx, frame, ins):
+        if not _traced_next(tx, frame):
+            frame.stack.pop()
+            tx.jump(frame, ins)
+
+    def concrete(f, ins, call_real):
+        if not _real_next(f):
+            f.stack.pop()
+            f.pc = ins.jump_index
+
+
+@opcode("FOR_ITER", since=(3, 12))
+class ForIter:
+    def traced(tx, frame, ins):
+        if not _traced_next(tx, frame):
+            tx.push(frame, NULL)
+            tx.jump(frame, ins)
+
+    def concrete(f, ins, call_real):
+        if not _real_next(f):
+            f.stack.append(REAL_NULL)
+            f.pc = ins.jump_index
+
+
+@opcode("END_FOR", since=(3, 12))
+class EndFor:
+    def traced(tx, frame, ins):
+        del frame.stack[-2:]
+
+    def concrete(f, ins, call_real):
+        del f.stack[-2:]
+
+
+# ---- jumps ----------------------------------------------------------------------------------
+
+
+@opcode("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
+class Jump:
+    def traced(tx, frame, ins):
+        tx.jump(frame, ins)
+
+    def concrete(f, ins, call_real):
+        f.pc = ins.jump_index
+
+
+def _pop_jump(traced_test: Callable, real_test: Callable[[Any], bool]):
+    """A family that pops the top of the stack and jumps when the test holds of it."""
+
+    class PopJump:
+        def traced(tx, frame, ins):
+            v = tx.resolve(frame.stack[-1])
+            taken = traced_test(tx, v)
+            frame.stack.pop()
+            if taken:
+                tx.jump(frame, ins)
+
+        def concrete(f, ins, call_real):
+            if real_test(f.stack.pop()):
+                f.pc = ins.jump_index
+
+    return PopJump
+
+
+for _when, _traced, _real in (
+    ("FALSE", lambda tx, v: not ops.truth(tx, v), lambda v: not v),
+    ("TRUE", lambda tx, v: ops.truth(tx, v), bool),
+    ("NONE", lambda tx, v: ops.is_none(v), lambda v: v is None),
+    ("NOT_NONE", lambda tx, v: not ops.is_none(v), lambda v: v is not None),
+):  # fmt: skip
+    _family = _pop_jump(_traced, _real)
+    opcode(f"POP_JUMP_IF_{_when}", since=(3, 12))(_family)
+    opcode(f"POP_JUMP_FORWARD_IF_{_when}", f"POP_JUMP_BACKWARD_IF_{_when}", until=(3, 12))(_family)
+
+
+def _jump_or_pop(want: bool):
+    """3.11's JUMP_IF_*_OR_POP: jump keeping the value when its truth is `want`, else pop it."""
+
+    class JumpOrPop:
+        def traced(tx, frame, ins):
+            if bool(ops.truth(tx, tx.resolve(frame.stack[-1]))) is want:
+                tx.jump(frame, ins)
+            else:
+                frame.stack.pop()
+
+        def concrete(f, ins, call_real):
+            if bool(f.stack[-1]) is want:
+                f.pc = ins.jump_index
+            else:
+                f.stack.pop()
+
+    return JumpOrPop
+
+
+JumpIfFalseOrPop = opcode("JUMP_IF_FALSE_OR_POP", until=(3, 12))(_jump_or_pop(False))
+JumpIfTrueOrPop = opcode("JUMP_IF_TRUE_OR_POP", until=(3, 12))(_jump_or_pop(True))
+
+
+# ---- generators: only inlined, run to completion in the trace (generators.py) ---------------
+
+
+@opcode("RETURN_GENERATOR")
+class ReturnGenerator:
+    def traced(tx, frame, ins):
+        if not frame.code.is_generator:
+            raise Break("RETURN_GENERATOR outside a generator")
+        tx.push(frame, ConstVar(None))  # popped by the POP_TOP that follows
+
+
+@opcode("YIELD_VALUE")
+class YieldValue:
+    def traced(tx, frame, ins):
+        if frame.yields is None:
+            raise Break("yield outside an inlined generator")
+        frame.yields.append(tx.pop(frame))
+        tx.push(frame, ConstVar(None))  # the value sent back in

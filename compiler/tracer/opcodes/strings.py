@@ -1,0 +1,53 @@
+"""Opcodes of f-strings: converting and formatting values, joining the parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.tracer.breaks import Break
+from compiler.tracer.opcodes.registry import opcode
+from compiler.tracer.shapes import concrete as concrete_value
+from compiler.tracer.variables import ConstVar, ObjVar, Var, as_python_constant, is_python_constant
+
+# `!s`, `!r` and `!a`, by the number the bytecode gives them
+CONVERSIONS = {1: str, 2: repr, 3: ascii}
+
+
+def _convert(value: Any, conversion: int) -> Any:
+    return CONVERSIONS[conversion](value) if conversion in CONVERSIONS else value
+
+
+def _formatted(v: Var) -> Any:
+    """The Python value of `v` that an f-string formats: a constant, never a tensor."""
+    if not is_python_constant(v) or isinstance(v, ObjVar):
+        raise Break("an f-string formats a value that is not a Python constant")
+    return concrete_value(as_python_constant(v))  # a symbolic size formats as its value
+
+
+@opcode("BUILD_STRING")
+class BuildString:
+    def traced(tx, frame, ins):
+        parts = tx.popn(frame, ins.arg)
+        tx.push(frame, ConstVar("".join(as_python_constant(p) for p in parts)))
+
+    def concrete(f, ins, call_real):
+        parts = f.stack[len(f.stack) - ins.arg :] if ins.arg else []
+        del f.stack[len(f.stack) - ins.arg :]
+        f.stack.append("".join(parts))
+
+
+@opcode("FORMAT_VALUE", until=(3, 13))
+class FormatValue:
+    """Up to 3.12 one opcode converts and formats: the argument's low bits are the
+    conversion, bit 2 says a format spec lies on top of the value."""
+
+    def traced(tx, frame, ins):
+        flags = ins.arg or 0
+        spec = as_python_constant(tx.pop(frame)) if flags & 0x04 else ""
+        v = _formatted(tx.pop(frame))
+        tx.push(frame, ConstVar(format(_convert(v, flags & 0x03), spec)))
+
+    def concrete(f, ins, call_real):
+        flags = ins.arg or 0
+        spec = f.stack.pop() if flags & 0x04 else ""
+        f.stack.append(format(_convert(f.stack.pop(), flags & 0x03), spec))

@@ -1,0 +1,533 @@
+"""`compiler.export(fn, *args)`: the whole of `fn` as one GraphModule, called as `fn` is called.
+
+The tracer captures one graph whose inputs are tensors read from the call (`L['xs'][1]`),
+from the module (`L['self'].weight`) or from globals, and whose outputs are a flat tuple.
+Export rebuilds the calling convention around it, in four steps:
+
+1. run `fn` once under the tracer with `fullgraph=True` and a backend that keeps the graph,
+   its example inputs and the tensors it returned on that call;
+2. give the graph `fn`'s own parameters: a tensor read from an argument becomes an index or
+   attribute path from that parameter; a module parameter, buffer or global becomes an
+   attribute of the exported module (the same tensor object);
+3. specialise every non-tensor argument to the value of the export call, checked by one
+   `expect_argument` node per argument (torch.export raises on a different constant too);
+4. return what `fn` returned: each tensor of the eager result is found by identity among the
+   call's arguments (returned as that very object) and the graph's outputs (a tensor returned
+   twice is one node returned twice); containers are rebuilt, other values are constants.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import inspect
+import math
+import operator
+import types
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import torch
+import torch.fx
+from torch.fx.node import has_side_effect
+
+from compiler.records import Guard
+from compiler.tracer.breaks import Unsupported
+from compiler.tracer.evaluator import CompileConfig, CompileContext, run_function
+
+
+class ExportResult(NamedTuple):
+    graph_module: torch.fx.GraphModule
+    guards: list[Guard]
+
+
+class ExportArgumentError(ValueError):
+    """An exported module called with a non-tensor argument other than the one it was
+    exported with (the value is baked into the graph)."""
+
+
+class Slot(enum.Enum):
+    """Where a tensor sits in the expected pattern of a container argument."""
+
+    TENSOR = "tensor"
+
+
+@has_side_effect  # a check: dead-code elimination must keep it
+def expect_argument(name: str, value: Any, expected: Any) -> None:
+    """Raise unless `value` matches the argument the module was exported with: the same
+    constant, or the same container shape with tensors where `Slot.TENSOR` stands."""
+    problem = _mismatch(value, expected, name)
+    if problem is not None:
+        raise ExportArgumentError(
+            f"the exported module was specialised to {problem}; export again with the new "
+            "value to get a module for it"
+        )
+
+
+def _mismatch(value: Any, expected: Any, where: str) -> str | None:
+    if expected is Slot.TENSOR:
+        if isinstance(value, torch.Tensor):
+            return None
+        return f"a tensor at {where}, but it got {type(value).__name__}"
+    container = _container_kind(expected)
+    if container is not None:
+        if type(value) is not _FX_CONTAINERS.get(type(expected), type(expected)):
+            return f"{where} = {type(expected).__name__}, but it got {type(value).__name__}"
+        keys = list(expected) if container == "dict" else list(range(len(expected)))
+        if (list(value) if container == "dict" else list(range(len(value)))) != keys:
+            return f"{where} of {_describe_keys(expected)}, but it got {_describe_keys(value)}"
+        for key in keys:
+            problem = _mismatch(value[key], expected[key], f"{where}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    try:
+        same = type(value) is type(expected) and bool(value == expected)
+    except Exception:
+        same = value is expected
+    if same:
+        return None
+    return f"{where} = {_short(expected)}, but it got {_short(value)}"
+
+
+def _describe_keys(value: Any) -> str:
+    return f"keys {list(value)}" if isinstance(value, dict) else f"length {len(value)}"
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _container_kind(value: Any) -> str | None:
+    """The containers export looks into (arguments and results); anything else is a leaf."""
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, (list, tuple)) and (
+        _FX_CONTAINERS.get(type(value), type(value)) in (list, tuple) or hasattr(value, "_fields")
+    ):
+        return "sequence"
+    return None
+
+
+# FX keeps a node's list and dict arguments as its immutable ones (torch.fx.Interpreter hands
+# those to the check); the generated code builds plain ones.
+_FX_CONTAINERS = {
+    torch.fx.immutable_collections.immutable_list: list,
+    torch.fx.immutable_collections.immutable_dict: dict,
+}
+
+_LITERALS = (bool, int, str, bytes, type(None), torch.dtype)
+
+
+def _is_literal(value: Any) -> bool:
+    """Values whose repr in generated code is the value itself."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return type(value) in _LITERALS
+
+
+# ---- export --------------------------------------------------------------------------------
+
+
+class _Capture:
+    """The backend of the export trace: keeps the graph, its example inputs and what it
+    returned on the export call."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+        self.example_inputs: list = []
+        self.outputs: tuple = ()
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        self.graphs.append(gm)
+        self.example_inputs = list(example_inputs)
+
+        def run(*inputs: Any) -> Any:
+            self.outputs = tuple(gm.forward(*inputs))
+            return self.outputs
+
+        return run
+
+
+class _Target(NamedTuple):
+    """What the tracer runs for `fn`: a plain function, the arguments bound before the call's
+    own (a module or bound method's self), and the signature the call binds to."""
+
+    func: types.FunctionType
+    leading: tuple
+    signature: inspect.Signature
+
+
+def _target(fn: Callable) -> _Target:
+    if isinstance(fn, torch.nn.Module):
+        forward = fn.__dict__.get("forward") or type(fn).forward
+        if isinstance(forward, types.FunctionType) and "forward" not in fn.__dict__:
+            return _Target(forward, (fn,), inspect.signature(fn.forward))
+        fn = forward
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return _Target(fn.__func__, (fn.__self__,), inspect.signature(fn))
+    if isinstance(fn, types.FunctionType):
+        return _Target(fn, (), inspect.signature(fn))
+    target = fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return target(*args, **kwargs)
+
+    return _Target(call, (), inspect.signature(fn))
+
+
+def export(fn: Callable, *args: Any, **kwargs: Any) -> ExportResult:
+    """One GraphModule for the whole of `fn(*args, **kwargs)`, called with `fn`'s own
+    parameters and returning what `fn` returns, plus the guards under which it is valid.
+    Non-tensor arguments are baked in, and checked on every call. Raises `Unsupported`
+    naming the graph break, and its kind, where `fn` is not one graph."""
+    target = _target(fn)
+    bound = target.signature.bind(*args, **kwargs)  # a wrong call fails here, as fn's would
+    bound.apply_defaults()
+    capture = _Capture()
+    ctx = CompileContext(CompileConfig(backend=capture, backend_name="export", fullgraph=True))
+    name = getattr(target.func, "__qualname__", "fn")
+    try:
+        result = run_function(ctx, target.func, (*target.leading, *args), kwargs)
+    except Unsupported as e:
+        raise Unsupported(
+            f"compiler.export needs {name} as one graph, and it breaks here "
+            f"(kind {e.kind!r}): {e.reason}",
+            e.user_stack,
+            e.hint,
+            e.kind,
+        ) from None
+    entries = [entry for record in ctx.functions for entry in record.entries]
+    if len(entries) != 1 or len(capture.graphs) > 1:
+        raise Unsupported(
+            f"compiler.export needs {name} as one graph; it was compiled as "
+            f"{len(capture.graphs)} graphs in {len(entries)} entries"
+        )
+    gm = capture.graphs[0] if capture.graphs else _empty_module()
+    builder = _Builder(gm, target.signature, bound, name)
+    builder.guard_arguments()  # first: a wrong argument fails at its check, not in an index
+    builder.take_inputs(capture.example_inputs)
+    builder.set_output(result, capture.outputs)
+    return ExportResult(builder.finish(), entries[0].guards)
+
+
+def _empty_module() -> torch.fx.GraphModule:
+    """The module of a function the tracer found no tensor work in (it returns its inputs
+    or constants): a graph of no nodes."""
+    graph = torch.fx.Graph()
+    graph.output(())
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+# ---- rebuilding the graph's calling convention ----------------------------------------------
+
+
+def _parse_source(source: str) -> tuple[str, str, list[tuple[str, Any]]] | None:
+    """`L['xs'][1].t` as ("L", "xs", [("item", 1), ("attr", "t")]); a `.size(d)` step is
+    ("size", d). None for a source of another shape."""
+    try:
+        node = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+    steps: list[tuple[str, Any]] = []
+    while True:
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            if not isinstance(node.slice, ast.Constant):
+                return None
+            steps.reverse()
+            return node.value.id, node.slice.value, steps
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            steps.append(("item", node.slice.value))
+            node = node.value
+        elif isinstance(node, ast.Attribute):
+            steps.append(("attr", node.attr))
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "size"
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            steps.append(("size", node.args[0].value))
+            node = node.func.value
+        else:
+            return None
+
+
+class _Builder:
+    """Edits the captured graph in place into the exported one (the steps of the module
+    docstring); every node it adds goes before the graph's first computation."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        signature: inspect.Signature,
+        bound: inspect.BoundArguments,
+        name: str,
+    ):
+        self.gm, self.graph, self.signature, self.name = gm, gm.graph, signature, name
+        self.arguments = dict(bound.arguments)
+        self.old_placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        self.anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
+        self.paths: dict[tuple, torch.fx.Node] = {}
+        self.attributes: dict[int, torch.fx.Node] = {}  # id(value) -> its get_attr node
+        self.params: dict[str, torch.fx.Node] = {}
+        for param in signature.parameters.values():
+            prefix = {
+                inspect.Parameter.VAR_POSITIONAL: "*",
+                inspect.Parameter.VAR_KEYWORD: "**",
+            }.get(param.kind, "")
+            with self.graph.inserting_before(self.anchor):
+                self.params[param.name] = self.graph.placeholder(prefix + param.name)
+
+    # -- inputs
+
+    def take_inputs(self, example_inputs: list) -> None:
+        """Replace each captured placeholder with the path it was read from, or with an
+        attribute holding the very tensor (module state, globals)."""
+        for node, example in zip(self.old_placeholders, example_inputs):
+            parsed = _parse_source(node.meta.get("source", ""))
+            if parsed is not None and parsed[0] == "L" and parsed[1] in self.params:
+                replacement = self._path(parsed[1], tuple(parsed[2]))
+            elif isinstance(example, torch.Tensor):
+                replacement = self._attribute(example, node.name)
+            else:  # a size of a tensor that is not an argument: fixed, as that tensor is
+                replacement = None
+            if replacement is None:
+                _inline_constant(node, example)
+            else:
+                replacement.meta.update(node.meta)
+                node.replace_all_uses_with(replacement)
+            self.graph.erase_node(node)
+
+    def _path(self, param: str, steps: tuple) -> torch.fx.Node:
+        key = (param, steps)
+        if key in self.paths:
+            return self.paths[key]
+        if not steps:
+            return self.params[param]
+        base = self._path(param, steps[:-1])
+        kind, value = steps[-1]
+        with self.graph.inserting_before(self.anchor):
+            if kind == "item":
+                node = self.graph.call_function(operator.getitem, (base, value))
+            elif kind == "attr":
+                node = self.graph.call_function(getattr, (base, value))
+            else:
+                node = self.graph.call_method("size", (base, value))
+        self.paths[key] = node
+        return node
+
+    def _attribute(self, value: Any, name: str) -> torch.fx.Node:
+        """A get_attr node for `value` held by the exported module (the object itself: a
+        parameter stays shared with the model it came from)."""
+        if id(value) in self.attributes:
+            return self.attributes[id(value)]
+        attr = name if not hasattr(self.gm, name) else f"{name}_{len(self.attributes)}"
+        if isinstance(value, torch.nn.Parameter):
+            self.gm.register_parameter(attr, value)
+        elif isinstance(value, torch.Tensor):
+            self.gm.register_buffer(attr, value)
+        else:
+            setattr(self.gm, attr, value)
+        with self.graph.inserting_before(self.anchor), warnings.catch_warnings():
+            # FX warns on a get_attr of a plain Python attribute; ours are deliberate (an
+            # argument's expected value, a constant in the result)
+            warnings.simplefilter("ignore", UserWarning)
+            node = self.graph.get_attr(attr)
+        self.attributes[id(value)] = node
+        return node
+
+    # -- non-tensor arguments
+
+    def guard_arguments(self) -> None:
+        for name, value in self.arguments.items():
+            if isinstance(value, torch.Tensor):
+                continue
+            pattern = _pattern(value)
+            expected = pattern if _renders(pattern) else self._attribute(pattern, f"_{name}")
+            with self.graph.inserting_before(self.anchor):
+                self.graph.call_function(expect_argument, (name, self.params[name], expected))
+
+    # -- the result
+
+    def set_output(self, result: Any, graph_outputs: tuple) -> None:
+        old = next(n for n in self.graph.nodes if n.op == "output")
+        flat = old.args[0] if isinstance(old.args[0], (tuple, list)) else (old.args[0],)
+        self.from_graph = {id(value): node for value, node in zip(graph_outputs, flat)}
+        self.from_arguments: dict[int, torch.fx.Node] = {}
+        for name, value in self.arguments.items():
+            self._index_argument(value, name, ())
+        self.template = self._output(result)
+        self.graph.erase_node(old)
+        self.graph.output(self.template)
+
+    def _index_argument(self, value: Any, param: str, steps: tuple) -> None:
+        if _is_literal(value) or id(value) in self.from_arguments:
+            return
+        self.from_arguments[id(value)] = (param, steps)
+        kind = _container_kind(value)
+        if kind is not None:
+            keys = value.keys() if kind == "dict" else range(len(value))
+            for key in keys:
+                self._index_argument(value[key], param, (*steps, ("item", key)))
+
+    def _output(self, value: Any) -> Any:
+        if id(value) in self.from_arguments and not _is_literal(value):
+            return self._path(*self.from_arguments[id(value)])
+        if isinstance(value, torch.Tensor):
+            if id(value) in self.from_graph:
+                return self.from_graph[id(value)]
+            return self._attribute(value, "_result_constant")
+        kind = _container_kind(value)
+        if kind == "dict":
+            return type(value)((k, self._output(v)) for k, v in value.items())
+        if kind == "sequence":
+            items = [self._output(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        if _is_literal(value):
+            return value
+        if _holds_tensor(value):
+            raise Unsupported(
+                f"compiler.export: {self.name} returns a {type(value).__name__} holding "
+                "tensors; an exported module returns tensors in lists, tuples, dicts and "
+                "namedtuples (return its tensors in one of those)"
+            )
+        return self._attribute(value, "_result_constant")
+
+    def finish(self) -> torch.fx.GraphModule:
+        for node in reversed(list(self.paths.values())):
+            if not node.users:  # read by the tracer, never used (a list it iterated)
+                self.graph.erase_node(node)
+        self.graph._codegen = _ExportCodeGen(self.signature, self.template)
+        self.graph.lint()
+        self.gm.recompile()
+        return self.gm
+
+
+def _inline_constant(node: torch.fx.Node, value: Any) -> None:
+    def swap(n: torch.fx.Node) -> Any:
+        return value if n is node else n
+
+    for user in list(node.users):
+        user.args = torch.fx.node.map_arg(user.args, swap)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, swap)
+
+
+def _pattern(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return Slot.TENSOR
+    kind = _container_kind(value)
+    if kind == "dict":
+        return type(value)((k, _pattern(v)) for k, v in value.items())
+    if kind == "sequence":
+        items = [_pattern(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
+
+
+def _renders(value: Any) -> bool:
+    """Whether FX prints `value` as an argument that reads back as itself."""
+    if value is Slot.TENSOR or _is_literal(value):
+        return True
+    if isinstance(value, dict):
+        return type(value) is dict and all(
+            _is_literal(k) and _is_literal(v) for k, v in value.items()
+        )
+    if _container_kind(value) == "sequence":
+        return all(_renders(v) for v in value)
+    return False
+
+
+def _holds_tensor(value: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) for v in getattr(value, "__dict__", {}).values())
+
+
+# ---- code generation ------------------------------------------------------------------------
+
+
+class _ExportCodeGen(torch.fx.graph.CodeGen):
+    """`def forward(self, <fn's parameters>)` and a return statement that rebuilds fn's
+    result: dict subclasses and namedtuples by their own type, named as globals."""
+
+    def __init__(self, signature: inspect.Signature, template: Any):
+        super().__init__()
+        self.signature, self.template = signature, template
+        self.named: dict[str, Any] = {}
+
+    def _global(self, value: Any, hint: str) -> str:
+        for name, known in self.named.items():
+            if known is value:
+                return name
+        name = f"_{hint}_{len(self.named)}"
+        self.named[name] = value
+        return name
+
+    def gen_fn_def(
+        self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False
+    ) -> str:
+        params = ["self"]
+        for i, param in enumerate(self.signature.parameters.values()):
+            kinds = inspect.Parameter
+            if (
+                param.kind == kinds.KEYWORD_ONLY
+                and not any(
+                    p.kind == kinds.VAR_POSITIONAL for p in self.signature.parameters.values()
+                )
+                and "*" not in params
+            ):
+                params.append("*")
+            text = {kinds.VAR_POSITIONAL: "*", kinds.VAR_KEYWORD: "**"}.get(param.kind, "")
+            text += param.name
+            if param.default is not inspect.Parameter.empty:
+                text += " = " + self._constant(param.default, f"default_{param.name}")
+            params.append(text)
+            if param.kind == kinds.POSITIONAL_ONLY and (
+                i + 1 == len(self.signature.parameters)
+                or list(self.signature.parameters.values())[i + 1].kind != kinds.POSITIONAL_ONLY
+            ):
+                params.append("/")
+        return f"def {self._func_name}({', '.join(params)}){maybe_return_annotation}:"
+
+    def _constant(self, value: Any, hint: str) -> str:
+        if _is_literal(value):
+            return repr(value)
+        return self._global(value, hint)
+
+    def generate_output(self, output_args: Any, *, descs: Any = None, repr_fn: Any = None) -> str:
+        return "return " + self._render(output_args, self.template)
+
+    def _render(self, value: Any, like: Any) -> str:
+        """`value` (the output node's argument, with FX's own container types) as code
+        building the container types of `like` (the result as fn returned it)."""
+        if isinstance(value, torch.fx.Node):
+            return repr(value)
+        if isinstance(value, dict):
+            like = like if isinstance(like, dict) else {}
+            body = ", ".join(
+                f"{self._constant(k, 'key')}: {self._render(v, like.get(k))}"
+                for k, v in value.items()
+            )
+            if type(like) in (dict, torch.fx.immutable_collections.immutable_dict):
+                return "{" + body + "}"
+            return f"{self._global(type(like), type(like).__name__)}({{{body}}})"
+        if isinstance(value, (list, tuple)):
+            likes = list(like) if isinstance(like, (list, tuple)) else [None] * len(value)
+            parts = [self._render(v, w) for v, w in zip(value, likes)]
+            if hasattr(value, "_fields"):
+                return f"{self._global(type(value), type(value).__name__)}({', '.join(parts)})"
+            if isinstance(value, tuple):
+                return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+            return "[" + ", ".join(parts) + "]"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"float({str(value)!r})"
+        return self._constant(value, "constant")
+
+    def additional_globals(self) -> list[tuple[str, Any]]:
+        self._render(self.template, self.template)  # names the globals before they are read
+        for param in self.signature.parameters.values():
+            if param.default is not inspect.Parameter.empty:
+                self._constant(param.default, f"default_{param.name}")
+        return list(self.named.items())

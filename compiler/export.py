@@ -56,6 +56,10 @@ class Slot(enum.Enum):
 def expect_argument(name: str, value: Any, expected: Any) -> None:
     """Raise unless `value` matches the argument the module was exported with: the same
     constant, or the same container shape with tensors where `Slot.TENSOR` stands."""
+    if isinstance(value, torch.fx.Proxy):  # FX tracing the module again (torch.load)
+        return value.tracer.create_proxy(
+            "call_function", expect_argument, (name, value, expected), {}
+        )
     problem = _mismatch(value, expected, name)
     if problem is not None:
         raise ExportArgumentError(
@@ -204,12 +208,23 @@ def export(fn: Callable, *args: Any, **kwargs: Any) -> ExportResult:
             f"compiler.export needs {name} as one graph; it was compiled as "
             f"{len(capture.graphs)} graphs in {len(entries)} entries"
         )
+    lost = [e.detail for e in entries[0].side_effects if e.kind not in _GRAPH_EFFECTS]
+    if lost:
+        raise Unsupported(
+            f"compiler.export: {name} changes Python state besides returning its result, "
+            f"which the exported graph would not do: {'; '.join(lost)}"
+        )
     gm = capture.graphs[0] if capture.graphs else _empty_module()
     builder = _Builder(gm, target.signature, bound, name)
     builder.guard_arguments()  # first: a wrong argument fails at its check, not in an index
     builder.take_inputs(capture.example_inputs)
     builder.set_output(result, capture.outputs)
     return ExportResult(builder.finish(), entries[0].guards)
+
+
+# Side effects the graph itself performs (tracer/effects.py): an in-place write to an input,
+# an opaque call; the others (containers, attributes, closure cells) happen in Python.
+_GRAPH_EFFECTS = ("tensor_write", "opaque")
 
 
 def _empty_module() -> torch.fx.GraphModule:
@@ -448,6 +463,13 @@ def _holds_tensor(value: Any) -> bool:
 # ---- code generation ------------------------------------------------------------------------
 
 
+class _Code(str):
+    """Text that reprs as itself: a default value as the generated code spells it."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 class _ExportCodeGen(torch.fx.graph.CodeGen):
     """`def forward(self, <fn's parameters>)` and a return statement that rebuilds fn's
     result: dict subclasses and namedtuples by their own type, named as globals."""
@@ -468,28 +490,20 @@ class _ExportCodeGen(torch.fx.graph.CodeGen):
     def gen_fn_def(
         self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False
     ) -> str:
-        params = ["self"]
-        for i, param in enumerate(self.signature.parameters.values()):
-            kinds = inspect.Parameter
-            if (
-                param.kind == kinds.KEYWORD_ONLY
-                and not any(
-                    p.kind == kinds.VAR_POSITIONAL for p in self.signature.parameters.values()
-                )
-                and "*" not in params
-            ):
-                params.append("*")
-            text = {kinds.VAR_POSITIONAL: "*", kinds.VAR_KEYWORD: "**"}.get(param.kind, "")
-            text += param.name
-            if param.default is not inspect.Parameter.empty:
-                text += " = " + self._constant(param.default, f"default_{param.name}")
-            params.append(text)
-            if param.kind == kinds.POSITIONAL_ONLY and (
-                i + 1 == len(self.signature.parameters)
-                or list(self.signature.parameters.values())[i + 1].kind != kinds.POSITIONAL_ONLY
-            ):
-                params.append("/")
-        return f"def {self._func_name}({', '.join(params)}){maybe_return_annotation}:"
+        # inspect prints the `/`, `*`, `*args` and `**kwargs` of fn's own signature
+        params = [
+            p.replace(
+                annotation=inspect.Parameter.empty,
+                default=p.default
+                if p.default is inspect.Parameter.empty
+                else _Code(self._constant(p.default, f"default_{p.name}")),
+            )
+            for p in self.signature.parameters.values()
+        ]
+        shown = str(inspect.Signature(params))[1:]
+        return (
+            f"def {self._func_name}(self{', ' if params else ''}{shown}{maybe_return_annotation}:"
+        )
 
     def _constant(self, value: Any, hint: str) -> str:
         if _is_literal(value):

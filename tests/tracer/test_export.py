@@ -107,7 +107,7 @@ def test_non_tensor_arguments_are_parameters_of_the_module():
         return y.sum() if mode == "sum" else y.mean()
 
     gm = _check(fn, lambda: (torch.randn(4), 3))
-    assert "def forward(self, x, n, scale = 0.5, mode = 'sum'):" in gm.code
+    assert "def forward(self, x, n, scale=0.5, mode='sum'):" in gm.code
     x = torch.randn(4)
     assert_same(fn(x, 3, mode="sum"), gm(x, 3, mode="sum"))
 
@@ -122,7 +122,7 @@ def test_keyword_only_and_varargs():
     gm, _ = compiler.export(fn, *make(), alpha=1.5)
     args = make()
     _same_tree(fn(*args, alpha=1.5), gm(*args, alpha=1.5))
-    assert "*rest, alpha, beta = 2.0" in gm.code
+    assert "*rest, alpha, beta=2.0" in gm.code
     with pytest.raises(TypeError):
         gm(*args, 1.5)  # alpha stays keyword-only
 
@@ -264,7 +264,7 @@ def test_code_and_graph_print():
         return [x * k]
 
     gm, _ = compiler.export(fn, torch.randn(2))
-    assert "def forward(self, x, k = 2):" in gm.code
+    assert "def forward(self, x, k=2):" in gm.code
     assert "expect_argument('k', k, 2)" in gm.code
     assert "return [mul]" in gm.code
     assert "placeholder[target=x]" in str(gm.graph)
@@ -278,3 +278,62 @@ def test_interpreter_runs_the_exported_graph():
     x, xs = torch.randn(2), [torch.randn(2)]
     got = torch.fx.Interpreter(gm).run(x, xs)
     assert_same(fn(x, xs)["out"], got["out"])
+
+
+_LOG: list = []
+
+
+def test_python_side_effects_are_refused():
+    def appends(x, acc):
+        y = x * 2
+        acc.append(y)
+        return y
+
+    with pytest.raises(compiler.Unsupported, match=r"L\['acc'\] is changed in place"):
+        compiler.export(appends, torch.randn(2), [])
+
+    def logs(x):
+        _LOG.append(1)
+        return x + 1
+
+    with pytest.raises(compiler.Unsupported, match=r"G\['_LOG'\] is changed in place"):
+        compiler.export(logs, torch.randn(2))
+
+
+def test_positional_only_parameters():
+    def fn(x, y, /, z):
+        return x - y * z
+
+    gm = _check(fn, lambda: (torch.randn(2), torch.randn(2), torch.randn(2)))
+    assert "def forward(self, x, y, /, z):" in gm.code
+
+
+def test_a_dynamic_size_of_a_tensor_in_a_list():
+    def fn(xs):
+        return xs[0].view(xs[0].shape[0], -1) * xs[0].shape[0]
+
+    x = torch.randn(6, 2, 2)
+    compiler.mark_dynamic(x, 0)
+    gm, _ = compiler.export(fn, [x])
+    for n in (3, 6, 11):
+        xs = [torch.randn(n, 2, 2)]
+        assert_same(fn(xs), gm(xs))
+
+
+def test_saved_and_loaded_module_keeps_signature_and_checks():
+    import io
+
+    def fn(x, n=2):
+        return {"a": [x * n]}, x
+
+    gm, _ = compiler.export(fn, torch.randn(4))
+    buffer = io.BytesIO()
+    torch.save(gm, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = torch.randn(4)
+    out = loaded(x)
+    _same_tree(fn(x), out)
+    assert out[1] is x
+    with pytest.raises(ExportArgumentError, match="n = 2, but it got 3"):
+        loaded(x, 3)

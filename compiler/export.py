@@ -165,10 +165,9 @@ class _Target(NamedTuple):
 
 def _target(fn: Callable) -> _Target:
     if isinstance(fn, torch.nn.Module):
-        forward = fn.__dict__.get("forward") or type(fn).forward
-        if isinstance(forward, types.FunctionType) and "forward" not in fn.__dict__:
-            return _Target(forward, (fn,), inspect.signature(fn.forward))
-        fn = forward
+        if "forward" not in fn.__dict__:  # the class's forward, run with the module as self
+            return _Target(type(fn).forward, (fn,), inspect.signature(fn.forward))
+        fn = fn.__dict__["forward"]  # a forward set on the instance
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         return _Target(fn.__func__, (fn.__self__,), inspect.signature(fn))
     if isinstance(fn, types.FunctionType):
@@ -289,6 +288,11 @@ class _Builder:
         self.paths: dict[tuple, torch.fx.Node] = {}
         self.attributes: dict[int, torch.fx.Node] = {}  # id(value) -> its get_attr node
         self.params: dict[str, torch.fx.Node] = {}
+        # id(value) -> (parameter, steps) for every tensor, container and object the call
+        # passed: the tensors fn returns as they came in are found here
+        self.from_arguments: dict[int, tuple[str, tuple]] = {}
+        for param, value in self.arguments.items():
+            self._index_argument(value, param, ())
         for param in signature.parameters.values():
             prefix = {
                 inspect.Parameter.VAR_POSITIONAL: "*",
@@ -307,7 +311,7 @@ class _Builder:
             if parsed is not None and parsed[0] == "L" and parsed[1] in self.params:
                 replacement = self._path(parsed[1], tuple(parsed[2]))
             elif isinstance(example, torch.Tensor):
-                replacement = self._attribute(example, node.name)
+                replacement = self._attribute(example, _attribute_name(node.name))
             else:  # a size of a tensor that is not an argument: fixed, as that tensor is
                 replacement = None
             if replacement is None:
@@ -372,22 +376,32 @@ class _Builder:
         old = next(n for n in self.graph.nodes if n.op == "output")
         flat = old.args[0] if isinstance(old.args[0], (tuple, list)) else (old.args[0],)
         self.from_graph = {id(value): node for value, node in zip(graph_outputs, flat)}
-        self.from_arguments: dict[int, torch.fx.Node] = {}
-        for name, value in self.arguments.items():
-            self._index_argument(value, name, ())
         self.template = self._output(result)
         self.graph.erase_node(old)
         self.graph.output(self.template)
 
     def _index_argument(self, value: Any, param: str, steps: tuple) -> None:
-        if _is_literal(value) or id(value) in self.from_arguments:
+        if _is_literal(value):
+            return
+        kind = _container_kind(value)
+        if id(value) in self.from_arguments:
+            if isinstance(value, torch.Tensor) or (kind and len(value)) or _holds_tensor(value):
+                # the tracer read both through the first one: the graph cannot tell them apart
+                first = _spell(*self.from_arguments[id(value)])
+                raise Unsupported(
+                    f"compiler.export: {self.name} is passed the same "
+                    f"{type(value).__name__} as {first} and as {_spell(param, steps)}; "
+                    "export with distinct objects"
+                )
             return
         self.from_arguments[id(value)] = (param, steps)
-        kind = _container_kind(value)
         if kind is not None:
             keys = value.keys() if kind == "dict" else range(len(value))
             for key in keys:
                 self._index_argument(value[key], param, (*steps, ("item", key)))
+        for attr, item in getattr(value, "__dict__", {}).items():
+            if isinstance(item, torch.Tensor):  # o.t, read by the graph or returned
+                self._index_argument(item, param, (*steps, ("attr", attr)))
 
     def _output(self, value: Any) -> Any:
         if id(value) in self.from_arguments and not _is_literal(value):
@@ -420,6 +434,17 @@ class _Builder:
         self.graph.lint()
         self.gm.recompile()
         return self.gm
+
+
+def _attribute_name(placeholder: str) -> str:
+    """`l_self_0_weight` -> `self_0_weight`: the tracer's placeholder names say where the
+    tensor came from (L or G), which the module's attribute need not repeat."""
+    rest = placeholder[2:] if placeholder[:2] in ("l_", "g_") else placeholder
+    return rest if rest.isidentifier() else placeholder
+
+
+def _spell(param: str, steps: tuple) -> str:
+    return param + "".join(f"[{v!r}]" if k == "item" else f".{v}" for k, v in steps)
 
 
 def _inline_constant(node: torch.fx.Node, value: Any) -> None:

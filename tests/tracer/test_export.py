@@ -337,3 +337,35 @@ def test_saved_and_loaded_module_keeps_signature_and_checks():
     assert out[1] is x
     with pytest.raises(ExportArgumentError, match="n = 2, but it got 3"):
         loaded(x, 3)
+
+
+def test_the_same_tensor_as_two_arguments_is_refused():
+    def fn(x, y):
+        return x + y
+
+    x = torch.randn(2)
+    with pytest.raises(compiler.Unsupported, match=r"same Tensor as x and as y"):
+        compiler.export(fn, x, x)
+    with pytest.raises(compiler.Unsupported, match=r"as xs\[0\] and as y"):
+        compiler.export(lambda xs, y: xs[0] * y, [x], x)
+
+
+class _Holder:
+    def __init__(self, t, k):
+        self.t, self.k = t, k
+
+
+def test_tensor_attribute_of_an_object_argument():
+    holder = _Holder(torch.randn(3), 2)
+
+    def fn(x, h):
+        return x * h.k + h.t, h.t
+
+    gm, _ = compiler.export(fn, torch.randn(3), holder)
+    holder.t = torch.randn(3)  # read at call time, not baked in
+    x = torch.randn(3)
+    out = gm(x, holder)
+    _same_tree(fn(x, holder), out)
+    assert out[1] is holder.t
+    with pytest.raises(ExportArgumentError, match="h = "):
+        gm(x, _Holder(torch.randn(3), 2))  # specialised to that object

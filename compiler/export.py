@@ -10,7 +10,8 @@ Export rebuilds the calling convention around it, in four steps:
    attribute path from that parameter; a module parameter, buffer or global becomes an
    attribute of the exported module (the same tensor object);
 3. specialise every non-tensor argument to the value of the export call, checked by one
-   `expect_argument` node per argument (torch.export raises on a different constant too);
+   `expect_argument` node per argument, and check each tensor the graph reads for the sizes
+   (bar those marked dynamic) and dtype it was traced for, as torch.export does;
 4. return what `fn` returned: each tensor of the eager result is found by identity among the
    call's arguments (returned as that very object) and the graph's outputs (a tensor returned
    twice is one node returned twice); containers are rebuilt, other values are constants.
@@ -68,6 +69,29 @@ def expect_argument(name: str, value: Any, expected: Any) -> None:
         )
 
 
+@has_side_effect
+def expect_tensor(name: str, value: Any, shape: tuple, dtype: torch.dtype) -> None:
+    """Raise unless the tensor `value` has the dtype and the sizes the graph was traced for;
+    None in `shape` is a dynamic size (mark_dynamic), free."""
+    if isinstance(value, torch.fx.Proxy):
+        return value.tracer.create_proxy(
+            "call_function", expect_tensor, (name, value, shape, dtype), {}
+        )
+    if not isinstance(value, torch.Tensor):
+        raise ExportArgumentError(
+            f"the exported module takes a tensor as {name}, but it got {type(value).__name__}"
+        )
+    if value.dtype == dtype and len(value.shape) == len(shape):
+        if all(want is None or want == got for want, got in zip(shape, value.shape)):
+            return
+    wanted = ", ".join("*" if d is None else str(d) for d in shape)
+    raise ExportArgumentError(
+        f"the exported module was traced for {name} of shape [{wanted}] and {dtype}, but "
+        f"it got shape {list(value.shape)} and {value.dtype}; export again with such a "
+        "tensor, or mark the size dynamic (compiler.mark_dynamic) before exporting"
+    )
+
+
 def _mismatch(value: Any, expected: Any, where: str) -> str | None:
     if expected is Slot.TENSOR:
         if isinstance(value, torch.Tensor):
@@ -104,14 +128,32 @@ def _short(value: Any) -> str:
 
 
 def _container_kind(value: Any) -> str | None:
-    """The containers export looks into (arguments and results); anything else is a leaf."""
+    """The containers export looks into (arguments and results): dicts, namedtuples, and
+    lists and tuples (their subclasses too: torch.return_types); anything else is a leaf."""
     if isinstance(value, dict):
         return "dict"
-    if isinstance(value, (list, tuple)) and (
-        _FX_CONTAINERS.get(type(value), type(value)) in (list, tuple) or hasattr(value, "_fields")
-    ):
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return "namedtuple"
+    if isinstance(value, (list, tuple)):
         return "sequence"
     return None
+
+
+def _is_plain(container: Any) -> bool:
+    """A list, tuple or dict that generated code writes as a literal."""
+    return _FX_CONTAINERS.get(type(container), type(container)) in (list, tuple, dict)
+
+
+def _rebuilt(value: Any, items: Any) -> Any:
+    """`type(value)(items)`, as generated code rebuilds a subclass of dict, list or tuple;
+    None where that does not give back the same items (a constructor of other arguments)."""
+    try:
+        rebuilt = type(value)(items)
+    except TypeError:
+        return None
+    pairs = items.items() if isinstance(items, dict) else enumerate(items)
+    got = rebuilt.items() if isinstance(rebuilt, dict) else enumerate(rebuilt)
+    return rebuilt if [(k, id(v)) for k, v in got] == [(k, id(v)) for k, v in pairs] else None
 
 
 # FX keeps a node's list and dict arguments as its immutable ones (torch.fx.Interpreter hands
@@ -284,6 +326,8 @@ class _Builder:
         self.gm, self.graph, self.signature, self.name = gm, gm.graph, signature, name
         self.arguments = dict(bound.arguments)
         self.old_placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        # symbolic sizes: an int in the result may be one, rebuilt in Python by the tracer
+        self.dynamic = any(_is_symbolic(n.meta.get("example_value")) for n in self.old_placeholders)
         self.anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
         self.paths: dict[tuple, torch.fx.Node] = {}
         self.attributes: dict[int, torch.fx.Node] = {}  # id(value) -> its get_attr node
@@ -310,6 +354,8 @@ class _Builder:
             parsed = _parse_source(node.meta.get("source", ""))
             if parsed is not None and parsed[0] == "L" and parsed[1] in self.params:
                 replacement = self._path(parsed[1], tuple(parsed[2]))
+                if isinstance(example, torch.Tensor):
+                    self._expect_tensor(_spell(parsed[1], tuple(parsed[2])), replacement, node)
             elif isinstance(example, torch.Tensor):
                 replacement = self._attribute(example, _attribute_name(node.name))
             else:  # a size of a tensor that is not an argument: fixed, as that tensor is
@@ -320,6 +366,14 @@ class _Builder:
                 replacement.meta.update(node.meta)
                 node.replace_all_uses_with(replacement)
             self.graph.erase_node(node)
+
+    def _expect_tensor(self, name: str, value: torch.fx.Node, placeholder: torch.fx.Node) -> None:
+        """The sizes and dtype the graph was traced for, checked: the graph has them baked
+        in (a view's shape, a size returned), as torch.export checks them."""
+        traced = placeholder.meta["example_value"]
+        shape = tuple(d if isinstance(d, int) else None for d in traced.shape)
+        with self.graph.inserting_before(self.anchor):
+            self.graph.call_function(expect_tensor, (name, value, shape, traced.dtype))
 
     def _path(self, param: str, steps: tuple) -> torch.fx.Node:
         key = (param, steps)
@@ -411,11 +465,28 @@ class _Builder:
                 return self.from_graph[id(value)]
             return self._attribute(value, "_result_constant")
         kind = _container_kind(value)
-        if kind == "dict":
-            return type(value)((k, self._output(v)) for k, v in value.items())
-        if kind == "sequence":
-            items = [self._output(v) for v in value]
-            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        if kind == "namedtuple":
+            return type(value)(*[self._output(v) for v in value])
+        if kind is not None:
+            if kind == "dict":
+                items: Any = {k: self._output(v) for k, v in value.items()}
+            else:
+                items = [self._output(v) for v in value]
+            rebuilt = type(value)(items) if _is_plain(value) else _rebuilt(value, items)
+            if rebuilt is None:
+                raise Unsupported(
+                    f"compiler.export: {self.name} returns a {type(value).__name__}, which "
+                    f"export cannot rebuild by calling its type on a {kind}; return a plain "
+                    "dict, list or tuple of it"
+                )
+            return rebuilt
+        if self.dynamic and type(value) is int:
+            raise Unsupported(
+                f"compiler.export: {self.name} returns the int {value} from a graph with "
+                "dynamic sizes, where it may be a size that changes from call to call; "
+                "return it as a tensor (torch.tensor(x.shape[0])), or export without "
+                "mark_dynamic"
+            )
         if _is_literal(value):
             return value
         if _holds_tensor(value):
@@ -443,6 +514,12 @@ def _attribute_name(placeholder: str) -> str:
     return rest if rest.isidentifier() else placeholder
 
 
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, torch.SymInt):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape)
+
+
 def _spell(param: str, steps: tuple) -> str:
     return param + "".join(f"[{v!r}]" if k == "item" else f".{v}" for k, v in steps)
 
@@ -460,12 +537,18 @@ def _pattern(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return Slot.TENSOR
     kind = _container_kind(value)
+    if kind == "namedtuple":
+        return type(value)(*[_pattern(v) for v in value])
     if kind == "dict":
-        return type(value)((k, _pattern(v)) for k, v in value.items())
-    if kind == "sequence":
+        items: Any = {k: _pattern(v) for k, v in value.items()}
+    elif kind == "sequence":
         items = [_pattern(v) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    return value
+    else:
+        return value
+    if _is_plain(value):
+        return type(value)(items)
+    rebuilt = _rebuilt(value, items)
+    return value if rebuilt is None else rebuilt  # not rebuildable: compared as it is
 
 
 def _renders(value: Any) -> bool:
@@ -476,8 +559,8 @@ def _renders(value: Any) -> bool:
         return type(value) is dict and all(
             _is_literal(k) and _is_literal(v) for k, v in value.items()
         )
-    if _container_kind(value) == "sequence":
-        return all(_renders(v) for v in value)
+    if _container_kind(value) in ("sequence", "namedtuple"):
+        return (_is_plain(value) or hasattr(value, "_fields")) and all(_renders(v) for v in value)
     return False
 
 
@@ -486,6 +569,17 @@ def _holds_tensor(value: Any) -> bool:
 
 
 # ---- code generation ------------------------------------------------------------------------
+
+
+def _torch_name(value: Any) -> str | None:
+    """`torch.return_types.max` for an object reachable by that path from torch."""
+    path = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+    if not path.startswith("torch."):
+        return None
+    found: Any = torch
+    for part in path.split(".")[1:]:
+        found = getattr(found, part, None)
+    return path if found is value else None
 
 
 class _Code(str):
@@ -505,6 +599,9 @@ class _ExportCodeGen(torch.fx.graph.CodeGen):
         self.named: dict[str, Any] = {}
 
     def _global(self, value: Any, hint: str) -> str:
+        dotted = _torch_name(value)
+        if dotted is not None:  # FX names torch's objects by their path from `torch`
+            return dotted
         for name, known in self.named.items():
             if known is value:
                 return name
@@ -549,17 +646,21 @@ class _ExportCodeGen(torch.fx.graph.CodeGen):
                 f"{self._constant(k, 'key')}: {self._render(v, like.get(k))}"
                 for k, v in value.items()
             )
-            if type(like) in (dict, torch.fx.immutable_collections.immutable_dict):
+            if _is_plain(like):
                 return "{" + body + "}"
             return f"{self._global(type(like), type(like).__name__)}({{{body}}})"
         if isinstance(value, (list, tuple)):
-            likes = list(like) if isinstance(like, (list, tuple)) else [None] * len(value)
-            parts = [self._render(v, w) for v, w in zip(value, likes)]
-            if hasattr(value, "_fields"):
-                return f"{self._global(type(value), type(value).__name__)}({', '.join(parts)})"
-            if isinstance(value, tuple):
-                return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
-            return "[" + ", ".join(parts) + "]"
+            like = like if isinstance(like, (list, tuple)) else value
+            parts = [self._render(v, w) for v, w in zip(value, list(like))]
+            if hasattr(like, "_fields"):
+                return f"{self._global(type(like), type(like).__name__)}({', '.join(parts)})"
+            if isinstance(like, tuple):
+                text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+            else:
+                text = "[" + ", ".join(parts) + "]"
+            if _is_plain(like):
+                return text
+            return f"{self._global(type(like), type(like).__name__)}({text})"
         if isinstance(value, float) and not math.isfinite(value):
             return f"float({str(value)!r})"
         return self._constant(value, "constant")

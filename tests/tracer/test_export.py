@@ -369,3 +369,71 @@ def test_tensor_attribute_of_an_object_argument():
     assert out[1] is holder.t
     with pytest.raises(ExportArgumentError, match="h = "):
         gm(x, _Holder(torch.randn(3), 2))  # specialised to that object
+
+
+def test_an_int_result_of_a_dynamic_graph_is_refused():
+    def fn(x):
+        return x * 2, x.shape[0]
+
+    x = torch.randn(6, 2)
+    compiler.mark_dynamic(x, 0)
+    with pytest.raises(compiler.Unsupported, match="returns the int 6 from a graph with dynamic"):
+        compiler.export(fn, x)
+    gm, _ = compiler.export(fn, torch.randn(6, 2))  # static: the size is checked, a constant
+    assert gm(torch.randn(6, 2))[1] == 6
+    with pytest.raises(ExportArgumentError):
+        gm(torch.randn(3, 2))
+
+
+def test_a_tensor_of_another_shape_or_dtype_raises():
+    def fn(x, xs):
+        return x.view(2, -1) + xs[0]
+
+    gm, _ = compiler.export(fn, torch.randn(4, 3), [torch.randn(6)])
+    with pytest.raises(ExportArgumentError, match=r"x of shape \[4, 3\] and torch.float32"):
+        gm(torch.randn(2, 3), [torch.randn(6)])
+    with pytest.raises(ExportArgumentError, match=r"xs\[0\] of shape \[6\]"):
+        gm(torch.randn(4, 3), [torch.randn(6, dtype=torch.float64)])
+
+
+def test_a_dynamic_size_is_free_and_the_others_checked():
+    def fn(x):
+        return x.sum(0)
+
+    x = torch.randn(5, 3)
+    compiler.mark_dynamic(x, 0)
+    gm, _ = compiler.export(fn, x)
+    assert "(None, 3)" in gm.code
+    for n in (2, 9):
+        y = torch.randn(n, 3)
+        assert_same(fn(y), gm(y))
+    with pytest.raises(ExportArgumentError, match=r"shape \[\*, 3\]"):
+        gm(torch.randn(5, 4))
+
+
+class _Named(dict):
+    """A dict whose constructor takes a name first."""
+
+    def __init__(self, name, **items):
+        super().__init__(**items)
+        self.name = name
+
+
+_TABLE = _Named("table", k=1)
+
+
+def test_a_dict_type_that_cannot_be_rebuilt_is_refused():
+    def fn(x):
+        return x + 1, _TABLE
+
+    with pytest.raises(compiler.Unsupported, match="returns a _Named"):
+        compiler.export(fn, torch.randn(2))
+
+
+def test_torch_return_types_are_rebuilt():
+    def fn(x):
+        return x.max(0), [x.min(1)]
+
+    gm = _check(fn, lambda: (torch.randn(3, 2),))
+    out = gm(torch.randn(3, 2))
+    assert type(out[0]) is torch.return_types.max and type(out[1][0]) is torch.return_types.min

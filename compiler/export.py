@@ -115,6 +115,8 @@ def _mismatch(value: Any, expected: Any, where: str) -> str | None:
         same = value is expected
     if same:
         return None
+    if _short(expected) == _short(value):  # equal-looking objects compared by identity
+        return f"the very {type(expected).__name__} object passed as {where}, but it got another"
     return f"{where} = {_short(expected)}, but it got {_short(value)}"
 
 

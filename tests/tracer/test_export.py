@@ -437,3 +437,30 @@ def test_torch_return_types_are_rebuilt():
     gm = _check(fn, lambda: (torch.randn(3, 2),))
     out = gm(torch.randn(3, 2))
     assert type(out[0]) is torch.return_types.max and type(out[1][0]) is torch.return_types.min
+
+
+def test_a_module_argument_is_read_at_call_time_and_checked_by_identity():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+
+    def fn(model, x):
+        return model(x).relu()
+
+    gm, _ = compiler.export(fn, lin, torch.randn(4, 3))
+    x = torch.randn(4, 3)
+    assert_same(fn(lin, x), gm(lin, x))
+    with pytest.raises(ExportArgumentError, match="the very Linear object passed as model"):
+        gm(torch.nn.Linear(3, 2), x)
+
+
+def test_a_bound_method():
+    class Scaler:
+        def __init__(self):
+            self.w = torch.randn(3)
+
+        def apply(self, x, k=1):
+            return x * self.w * k
+
+    scaler = Scaler()
+    gm = _check(scaler.apply, lambda: (torch.randn(3),))
+    assert "def forward(self, x, k=1):" in gm.code

@@ -15,7 +15,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps tensor-guards lint test lab
+.PHONY: setup system-deps cpp-ext lint test lab
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,13 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
-setup: $(STAMP) system-deps tensor-guards
+setup: $(STAMP) system-deps cpp-ext
 
-# The C++ tensor guard extension (compiler/runtime/tensor_guards.cpp, ~3 s), built here so a
-# first compile never waits for it; a cache hit when built. Without it the guards run in Python.
-tensor-guards: $(STAMP)
-	$(PY) -m compiler.runtime.tensor_guards build || echo "tensor guards stay in Python"
+# The C++ extension (compiler/runtime/csrc/: tensor guards, CUDA graph outputs, optimizer
+# gradient grouping, Triton kernel launches; a few seconds), built here so a first compile
+# never waits for it; a cache hit when built. Without it all of these run in Python.
+cpp-ext: $(STAMP)
+	$(PY) -m compiler.runtime.cpp_ext build || echo "the C++ extension's work stays in Python"
 
 # graphviz's `dot` renders the inspector's graphs; chromium drives the browser test.
 system-deps:

@@ -9,13 +9,8 @@ from typing import Any, Callable
 import torch
 
 from compiler import verify as verify_mode
-from compiler.backends.registry import (
-    backend_name,
-    backend_options,
-    list_backends,
-    lookup_backend,
-    register_backend,
-)
+from compiler.backends.options import backend_options
+from compiler.backends.registry import backend_name, list_backends, lookup_backend, register_backend
 from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
 from compiler.export import ExportResult, export
@@ -133,7 +128,7 @@ def _prepare(backend: str) -> None:
         from compiler.aot.decompositions import decomposition_table
 
         decomposition_table()
-        import compiler.codegen.compile_fx  # noqa: F401 (0.1-0.2 s the first call would wait)
+        import compiler.backends.inductor  # noqa: F401 (0.1-0.2 s the first call would wait)
 
 
 def optimize(

@@ -30,8 +30,8 @@ from compiler.records import (
     GraphRecord,
     SourceLine,
 )
-from compiler.runtime import autocast
-from compiler.runtime.gc_pause import gc_paused
+from compiler.support import autocast
+from compiler.support.gc_pause import gc_paused
 from compiler.tracer import concrete
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode

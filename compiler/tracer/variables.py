@@ -239,7 +239,7 @@ class AutocastVar(Var):
 @dataclass(eq=False)
 class AutocastExitVar(Var):
     """The `__exit__` that BEFORE_WITH left on the stack for an autocast block: it switches
-    `device_type` back to `before` ((enabled, dtype, cache), compiler/runtime/autocast.py)."""
+    `device_type` back to `before` ((enabled, dtype, cache), compiler/support/autocast.py)."""
 
     device_type: str
     before: tuple

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.runtime.autocast import DEVICE_TYPES, AutocastRestore
+from compiler.support.autocast import DEVICE_TYPES, AutocastRestore
 from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (

@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 from torch.utils._pytree import tree_flatten
 
 from compiler.aot.trace import trace_forward
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.ir.interpret import run_graph
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.records import GraphRecord, compiling_graph
 from compiler.runtime import aliasing
 from tests.codegen.helpers import check
@@ -332,7 +332,7 @@ _DIVISIONS = [
 ]
 _DIVIDE_BY_ZERO = """
 import torch
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 a, b = torch.tensor([5, 7, 9]), torch.tensor([2, 0, 3])
 for op in {ops!r}:
     gm = torch.fx.symbolic_trace(eval("lambda a, b: (" + op + ",)"))

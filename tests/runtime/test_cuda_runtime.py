@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import compiler
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.runtime.cudagraphs import CudaGraphRunner
 
 pytestmark = pytest.mark.gpu

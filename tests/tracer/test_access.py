@@ -151,7 +151,7 @@ def test_guard_function_text_for_one_child(guard_path):
     )
     if guard_path == "cpp":
         assert CPP_FAST_PATH in source
-    path = "C++ (the tensor_guards extension" if guard_path == "cpp" else "Python (the C++"
+    path = "C++ (the C++ extension" if guard_path == "cpp" else "Python (the C++"
     assert f"    # tensor checks: {path}" in source
 
 

@@ -1,5 +1,5 @@
 """A call that finds a module's dicts and classes unchanged skips the checks of what it read
-from them (compiler/tracer/frozen.py, `FrozenReads` in tensor_guards.cpp); every change
+from them (compiler/tracer/frozen.py, `FrozenReads` in compiler/runtime/csrc/frozen_reads.h); every change
 that eager would see still fails a guard: the function recompiles (or reruns the check in
 full) and gives eager's answer. Each test runs with the C++ guards and all in Python."""
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.runtime.static import mark_static_address
+from compiler.support.static import mark_static_address
 from compiler.tracer import calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python

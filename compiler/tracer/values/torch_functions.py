@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from compiler import optim
-from compiler.runtime.autocast import AutocastRestore
+from compiler.support.autocast import AutocastRestore
 from compiler.tracer import reconstruct
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps

@@ -1,5 +1,4 @@
-// Included once, by tensor_guards.cpp (one translation unit: the shared state it declares,
-// `cdata_get`, `checked_types`, ..., is used here; compiler/runtime/tensor_guards.py builds it).
+// Included once, by guards.cpp (the state of cpp_ext.h is used here).
 #pragma once
 
 namespace {

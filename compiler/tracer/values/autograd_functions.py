@@ -115,9 +115,10 @@ def _apply_in_graph(tx: Tracer, cls: type, args: list[Var]) -> Var:
     try:
         out, node = tx.builder.call_opaque(target, args, {})
     except Break as b:
+        why = b.reason.replace(target.__name__, "forward").replace(" (compiler.allow_in_graph)", "")
         raise Break(
-            f"{cls.__name__}.apply runs in Python: its forward cannot run on fake tensors "
-            f"({b.reason})",
+            f"{cls.__name__}.apply runs in Python: its forward, run on fake tensors while "
+            f"tracing to put the call in the graph, failed ({why})",
             "autograd_function",
         ) from None
     node.meta["autograd_function"] = cls.__qualname__

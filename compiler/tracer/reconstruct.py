@@ -254,15 +254,21 @@ def compile_rebuild(
         keep_expr = " ".join(f"{n!r}: L[{n!r}]," for n in keep)
         result = f"{{{keep_expr} {local_items}}}, [{stack_items}]"
     effects = side_effects(em, list(mutated), list(attr_writes), list(cells))
-    effects.extend(
-        f"    {em.ref(c.fn, 'fn')}(*{em.ref(c.args, 'args')}, **{em.ref(c.kwargs, 'kw')})"
-        for c in deferred
-    )
+    effects.extend(_deferred_call(em, c) for c in deferred)
     body = [*em.lines, *effects, f"    return {result}"]
     source = "def rebuild(L, G, O, F):\n" + "\n".join(body) + "\n"
     ns = em.namespace
     exec(compile(source, "<rebuild>", "exec"), ns)
     return ns["rebuild"], source
+
+
+def _deferred_call(em: Emitter, call: DeferredCall) -> str:
+    """One deferred call; a Var argument (a symbolic size) is read with the other values,
+    before any side effect is replayed."""
+    args = ", ".join(
+        em.snapshot(em.expr(a)) if isinstance(a, Var) else em.ref(a, "a") for a in call.args
+    )
+    return f"    {em.ref(call.fn, 'fn')}({args}, **{em.ref(call.kwargs, 'kw')})"
 
 
 def _is_lazy_same(v: Var, name: str) -> bool:

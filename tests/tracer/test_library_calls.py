@@ -324,3 +324,23 @@ def test_transformers_warning_once(collect):
         assert_explain(fn, [T(2)], graphs=1, breaks=0)
     finally:
         logger.removeHandler(handler)
+
+
+def test_log_of_a_changing_step_counter(collect):
+    """A Python int that changes every call becomes a symbolic size: the deferred log call
+    computes it from the inputs, so later steps reuse the entry and log their own value."""
+
+    def fn(x, step):
+        log.info("step %d of %s", step, "training")
+        return x * step
+
+    compiled = compiler.compile(fn)
+    for step in range(1, 6):
+        x = torch.randn(2)
+        e_out, e_logs, _ = _run_logged(lambda t: fn(t, step), x, collect)
+        c_out, c_logs, _ = _run_logged(lambda t: compiled(t, step), x, collect)
+        torch.testing.assert_close(c_out, e_out)
+        assert c_logs == e_logs
+    report = compiler.inspect(compiled)
+    assert len(report.entries) <= 2
+    assert all(e.graph_break is None for e in report.entries)

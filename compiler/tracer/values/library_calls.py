@@ -34,10 +34,11 @@ if TYPE_CHECKING:
 class DeferredCall:
     """A call with constant arguments whose only effect is outside the program (a log record,
     a warning): the trace keeps it, and the entry's rebuild code makes it for real after the
-    graph, in trace order (reconstruct.py)."""
+    graph, in trace order (reconstruct.py). An argument that is a Var (a symbolic size, such
+    as a step counter that changes per call) is computed by the rebuild code from the inputs."""
 
     fn: Any
-    args: tuple
+    args: tuple  # Python values, or Vars of symbolic sizes
     kwargs: dict
     what: str  # readable, for the records
 
@@ -82,7 +83,7 @@ def _caller(tx: Tracer) -> SourceLine:
 
 
 def replay_log(
-    logger: logging.Logger, level: int, caller: SourceLine, msg: Any, args: tuple, extra: Any
+    logger: logging.Logger, level: int, caller: SourceLine, msg: Any, extra: Any, *args: Any
 ) -> None:
     """Logger._log for a call the trace deferred: the record names the user's line that
     made the call (findCaller would find this function instead)."""
@@ -95,12 +96,21 @@ def replay_log(
 
 
 def _log_call(tx: Tracer, name: str, logger: Var, level: int, args: list[Var], kwargs: dict) -> Var:
-    values = _constants([logger, *args], kwargs)
+    if not args:
+        raise Break(f"Logger.{name}() without a message raises, in Python", "user_error")
+    # %-arguments that are symbolic sizes (a step counter made a graph input) are computed
+    # after the graph from the inputs; any other argument must be a constant
+    sizes = [a if isinstance(a, ConstVar) and is_symbolic(a.value) else None for a in args[1:]]
+    values = _constants(
+        [logger, args[0], *(a for a, s in zip(args[1:], sizes) if s is None)], kwargs
+    )
     if values is None or not isinstance(values[0][0], logging.Logger):
         raise Break(
             f"Logger.{name}() with a tensor or non-constant argument runs in Python", "logging"
         )
-    (real, msg, *rest), kw = values
+    (real, msg, *constants), kw = values
+    constants.reverse()
+    rest = [s if s is not None else constants.pop() for s in sizes]
     if kw.get("exc_info") or kw.get("stack_info") or kw.get("stacklevel", 1) != 1:
         raise Break(
             f"Logger.{name}() with exc_info, stack_info or a stacklevel runs in Python",
@@ -112,7 +122,7 @@ def _log_call(tx: Tracer, name: str, logger: Var, level: int, args: list[Var], k
     return _defer(
         tx,
         replay_log,
-        [real, level, _caller(tx), msg, tuple(rest), kw.get("extra")],
+        [real, level, _caller(tx), msg, kw.get("extra"), *rest],
         {},
         f"{real.name}.{name}({msg!r})",
     )

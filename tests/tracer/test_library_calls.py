@@ -337,10 +337,37 @@ def test_log_of_a_changing_step_counter(collect):
     compiled = compiler.compile(fn)
     for step in range(1, 6):
         x = torch.randn(2)
-        e_out, e_logs, _ = _run_logged(lambda t: fn(t, step), x, collect)
-        c_out, c_logs, _ = _run_logged(lambda t: compiled(t, step), x, collect)
+        e_out, e_logs, _ = _run_logged(lambda t, s=step: fn(t, s), x, collect)
+        c_out, c_logs, _ = _run_logged(lambda t, s=step: compiled(t, s), x, collect)
         torch.testing.assert_close(c_out, e_out)
         assert c_logs == e_logs
     report = compiler.inspect(compiled)
     assert len(report.entries) <= 2
     assert all(e.graph_break is None for e in report.entries)
+
+
+def test_root_logging_functions(collect):
+    root = logging.getLogger()
+    handler = Collect()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+
+    def fn(x):
+        logging.info("root info %d", 1)
+        logging.debug("root debug")
+        logging.log(logging.WARNING, "root log")
+        return x - 1
+
+    try:
+        compiled = compiler.compile(fn)
+        for _ in range(2):
+            x = torch.randn(3)
+            e_out, e_logs, _ = _run_logged(fn, x, handler)
+            c_out, c_logs, _ = _run_logged(compiled, x, handler)
+            torch.testing.assert_close(c_out, e_out)
+            assert c_logs == e_logs and len(e_logs) == 2
+        assert_explain(fn, [T(3)], graphs=1, breaks=0)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

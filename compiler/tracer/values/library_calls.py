@@ -95,7 +95,17 @@ def replay_log(
         logger.handle(record)
 
 
-def _log_call(tx: Tracer, name: str, logger: Var, level: int, args: list[Var], kwargs: dict) -> Var:
+def replay_root_log(level: int, caller: SourceLine, msg: Any, extra: Any, *args: Any) -> None:
+    """logging.info(...) and the like: the root logger, configured first where it has no
+    handler, as those functions do when called."""
+    if not logging.root.handlers:
+        logging.basicConfig()
+    replay_log(logging.root, level, caller, msg, extra, *args)
+
+
+def _log_call(
+    tx: Tracer, name: str, logger: Var, level: int, args: list[Var], kwargs: dict, root=False
+) -> Var:
     if not args:
         raise Break(f"Logger.{name}() without a message raises, in Python", "user_error")
     # %-arguments that are symbolic sizes (a step counter made a graph input) are computed
@@ -119,13 +129,10 @@ def _log_call(tx: Tracer, name: str, logger: Var, level: int, args: list[Var], k
     unknown = set(kw) - {"exc_info", "stack_info", "stacklevel", "extra"}
     if unknown:
         raise Break(f"Logger.{name}() with arguments {sorted(unknown)} runs in Python", "logging")
-    return _defer(
-        tx,
-        replay_log,
-        [real, level, _caller(tx), msg, kw.get("extra"), *rest],
-        {},
-        f"{real.name}.{name}({msg!r})",
-    )
+    replay_args = [level, _caller(tx), msg, kw.get("extra"), *rest]
+    if root:
+        return _defer(tx, replay_root_log, replay_args, {}, f"logging.{name}({msg!r})")
+    return _defer(tx, replay_log, [real, *replay_args], {}, f"{real.name}.{name}({msg!r})")
 
 
 def _level_method(name: str, level: int) -> Any:
@@ -135,11 +142,20 @@ def _level_method(name: str, level: int) -> Any:
     return handler
 
 
-def _log(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    level = args[1] if len(args) > 1 else None
+def _root_level_function(name: str, level: int) -> Any:
+    def handler(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        return _log_call(tx, name, ObjVar(logging.root), level, args, kwargs, root=True)
+
+    return handler
+
+
+def _log(tx: Tracer, args: list[Var], kwargs: dict[str, Var], root: bool = False) -> Var:
+    """Logger.log(level, msg, ...), or logging.log(level, msg, ...) with `root`."""
+    logger, args = (ObjVar(logging.root), args) if root else (args[0], args[1:])
+    level = args[0] if args else None
     if not isinstance(level, ConstVar) or not isinstance(level.value, int):
         raise Break("Logger.log() with a level that is not a constant int", "logging")
-    return _log_call(tx, "log", args[0], level.value, args[2:], kwargs)
+    return _log_call(tx, "log", logger, level.value, args[1:], kwargs, root)
 
 
 # Logger.exception reads the exception being handled, and Logger.warn warns about itself:
@@ -152,7 +168,9 @@ for _name, _level in (
     ("critical", logging.CRITICAL),
 ):
     builtin_fns.SPECIAL[getattr(logging.Logger, _name)] = _level_method(_name, _level)
+    builtin_fns.SPECIAL[getattr(logging, _name)] = _root_level_function(_name, _level)
 builtin_fns.SPECIAL[logging.Logger.log] = _log
+builtin_fns.SPECIAL[logging.log] = functools.partial(_log, root=True)
 
 
 # ---- warnings.warn ----------------------------------------------------------------------

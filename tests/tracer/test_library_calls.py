@@ -103,6 +103,43 @@ def test_function_with_grad_on_the_default_backend():
     assert len(compiler.inspect(compiled).entries) == 1
 
 
+class SavedMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w.t().to(grad.dtype), x.t().to(grad.dtype) @ grad
+
+
+def function_under_autocast(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = SavedMatmul.apply(x.sin(), w)
+    return y
+
+
+def test_function_with_grad_runs_forward_under_the_callers_autocast():
+    """The default backend lowers autocast to casts; the Function's forward, run as one call,
+    must still see the autocast block eager ran it in (a bfloat16 matmul)."""
+    compiled = compiler.compile(function_under_autocast)
+    for _ in range(2):
+        x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+        eager = function_under_autocast(x, w)
+        out = compiled(x, w)
+        assert out.dtype == eager.dtype == torch.bfloat16
+        torch.testing.assert_close(out, eager)
+        grads = torch.autograd.grad(out.float().sum(), (x, w))
+        e_grads = torch.autograd.grad(eager.float().sum(), (x, w))
+        for got, want in zip(grads, e_grads):
+            torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+    assert len(compiler.inspect(compiled).entries) == 1
+    assert_explain(function_under_autocast, [T(4, 4, grad=True), T(4, 4, grad=True)],
+                   graphs=1, breaks=0)  # fmt: skip
+
+
 def ste_no_grad(x):
     with torch.no_grad():
         y = StraightThroughRound.apply(x.cos(), 3.0)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from compiler.runtime import autocast
 from compiler.tracer import calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
@@ -91,27 +92,34 @@ def _inline_forward(tx: Tracer, cls: type, args: list[Var], needs: tuple[bool, .
     return out
 
 
-_APPLY_TARGETS: dict[type, Any] = {}
+_APPLY_TARGETS: dict[tuple, Any] = {}
 
 
-def _apply_target(cls: type) -> Any:
+def _apply_target(cls: type, states: dict[str, autocast.State]) -> Any:
     """A module-level function calling `cls.apply`, as a graph node's target: FX names a
-    call_function target by its module and qualified name, which a bound builtin lacks."""
-    target = _APPLY_TARGETS.get(cls)
+    call_function target by its module and qualified name, which a bound builtin lacks. It
+    runs under the autocast state the trace saw at the call (`states`): a backend that lowers
+    autocast to explicit casts runs the node outside any autocast block, and eager's forward
+    ran inside it (its backward, run by autograd's engine, runs outside either way)."""
+    key = (cls, tuple(sorted(states.items())))
+    target = _APPLY_TARGETS.get(key)
     if target is None:
         name = f"apply_{cls.__name__}_{len(_APPLY_TARGETS)}"
+        states = dict(states)
 
         def target(*args: Any) -> Any:
-            return cls.apply(*args)
+            with autocast.preserved():
+                autocast.restore(states)
+                return cls.apply(*args)
 
         target.__name__ = target.__qualname__ = name
         setattr(sys.modules[__name__], name, target)
-        _APPLY_TARGETS[cls] = target
+        _APPLY_TARGETS[key] = target
     return target
 
 
 def _apply_in_graph(tx: Tracer, cls: type, args: list[Var]) -> Var:
-    target = _apply_target(cls)
+    target = _apply_target(cls, tx.builder.autocast)
     try:
         out, node = tx.builder.call_opaque(target, args, {})
     except Break as b:

@@ -140,6 +140,30 @@ def test_function_with_grad_runs_forward_under_the_callers_autocast():
                    graphs=1, breaks=0)  # fmt: skip
 
 
+def autocast_block_around_function(x, w, v):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = SavedMatmul.apply(x.sin(), w)
+        out = h @ v  # in the part compiled after the call: still inside the block
+    return out.float().sum(), out
+
+
+def test_autocast_block_spanning_the_function_call():
+    """The default backend compiles the graph's parts around the call on their own: the part
+    after it must be compiled inside the autocast block the graph opened before it (a BLOOM
+    training step under autocast crashed with a dtype mismatch)."""
+    compiled = compiler.compile(autocast_block_around_function)
+    for _ in range(2):
+        args = [torch.randn(4, 4, requires_grad=True) for _ in range(3)]
+        e_loss, eager = autocast_block_around_function(*args)
+        c_loss, out = compiled(*args)
+        assert out.dtype == eager.dtype == torch.bfloat16
+        torch.testing.assert_close(out, eager)
+        grads = torch.autograd.grad(c_loss, args)
+        for got, want in zip(grads, torch.autograd.grad(e_loss, args)):
+            torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+    assert len(compiler.inspect(compiled).entries) == 1
+
+
 def ste_no_grad(x):
     with torch.no_grad():
         y = StraightThroughRound.apply(x.cos(), 3.0)

@@ -432,3 +432,11 @@ def test_root_logging_functions(collect):
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+
+
+def test_warn_with_arguments_it_rejects_raises_as_eagerly():
+    def fn(x):
+        warnings.warn("bad", bogus=1)  # noqa: B028
+        return x + 1
+
+    check(fn, T(2))  # eager raises TypeError: so does the compiled call

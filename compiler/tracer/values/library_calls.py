@@ -192,9 +192,16 @@ def _warn(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
         raise Break(
             "warnings.warn() with a tensor or non-constant argument runs in Python", "logging"
         )
-    bound = _bind_warn(*values[0], **values[1])
+    try:
+        bound = _bind_warn(*values[0], **values[1])
+    except TypeError:  # arguments warn() rejects, or skip_file_prefixes: made for real
+        bound = None
     if bound is None:
-        raise Break("warnings.warn() with a stacklevel or source runs in Python", "logging")
+        raise Break(
+            "warnings.warn() with a stacklevel, a source, skip_file_prefixes or arguments it "
+            "rejects runs in Python",
+            "logging",
+        )
     message, category = bound
     return _defer(
         tx,

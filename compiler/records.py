@@ -79,7 +79,7 @@ class ControlRecord:
     disabled call, an opaque node, a baked-in constant, a dynamic size, a stance."""
 
     kind: str  # "disable", "allow_in_graph", "disallow_in_graph", "assume_constant_result",
-    # "dynamic", "stance"
+    # "dynamic", "stance", "lru_cache"
     target: str  # what it applied to: a function's name, a tensor's size ("L['x'].size(0)")
     detail: str  # what it did, readable
     user_line: SourceLine | None = None
@@ -215,7 +215,7 @@ class GraphRecord:
 class SideEffect:
     """Something running an entry changes besides returning its value (tracer/effects.py)."""
 
-    kind: str  # "tensor_write", "container", "attribute", "cell", "python", "opaque"
+    kind: str  # "tensor_write", "container", "attribute", "cell", "python", "opaque", "deferred"
     target: str  # the source changed, e.g. "L['x']", "G['log']"; "" when nothing outside
     detail: str  # readable, e.g. "add_ writes L['x']"
 

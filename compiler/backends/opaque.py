@@ -23,6 +23,7 @@ from torch.fx.passes.split_module import split_module
 from compiler.aot.trace import source_line_of
 from compiler.backends.options import BackendOptions, backend_options, current_options
 from compiler.records import GraphRecord, KernelRecord, compiling_graph, current_graph
+from compiler.runtime import autocast
 
 CompileStatic = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -40,8 +41,11 @@ def split_at_opaque(
     split = split_module(gm, gm, lambda n: parts[n], keep_original_order=True)
     record = current_graph()
     options = current_options()
+    switches = _autocast_at_parts(gm, parts)
     for name, sub in list(split.named_children()):
-        if int(name.rsplit("_", 1)[1]) not in opaque:
+        number = int(name.rsplit("_", 1)[1])
+        if number not in opaque:
+            _start_with(sub, switches.get(number, {}))
             setattr(split, name, _CompiledPart(sub, compile_static, record, options))
     if record is not None:
         _describe(gm, record)
@@ -71,6 +75,33 @@ def _partition(gm: torch.fx.GraphModule) -> tuple[dict[torch.fx.Node, int], set[
         else:
             parts[node] = current
     return parts, opaque
+
+
+def _autocast_at_parts(
+    gm: torch.fx.GraphModule, parts: dict[torch.fx.Node, int]
+) -> dict[int, dict[str, tuple]]:
+    """For each part, the autocast switches earlier parts made (the last per device type):
+    a part that starts inside an autocast block the graph opened before an opaque call is
+    compiled on its own, and must open the block again to cast as the whole graph would."""
+    state: dict[str, tuple] = {}
+    at: dict[int, dict[str, tuple]] = {}
+    for node in gm.graph.nodes:
+        if node not in parts:
+            continue
+        at.setdefault(parts[node], dict(state))
+        if node.op == "call_function" and node.target is autocast.set_autocast:
+            state[node.args[0]] = tuple(node.args[1:])
+    return at
+
+
+def _start_with(sub: torch.fx.GraphModule, switches: dict[str, tuple]) -> None:
+    if not switches:
+        return
+    first = next(n for n in sub.graph.nodes if n.op != "placeholder")
+    with sub.graph.inserting_before(first):
+        for device_type, state in switches.items():
+            sub.graph.call_function(autocast.set_autocast, (device_type, *state))
+    sub.recompile()
 
 
 class _CompiledPart(torch.nn.Module):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import sysconfig
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compiler.tracer.breaks import Break
@@ -42,6 +43,20 @@ def constant(value: Any) -> Var:
     if type(value) is tuple:
         return TupleVar([constant(v) for v in value])
     return ConstVar(value)
+
+
+# Callable objects handled by their type (a functools.lru_cache wrapper, the `apply` of a
+# custom autograd Function): handlers registered by the value families, each returning
+# NotImplemented for an object of that type it does not handle.
+CALL_BY_TYPE: dict[type, list[Callable[[Tracer, ObjVar, list[Var], dict[str, Var]], Var]]] = {}
+
+
+def call_by_type(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    for handler in CALL_BY_TYPE.get(type(fn.held), ()):
+        out = handler(tx, fn, args, kwargs)
+        if out is not NotImplemented:
+            return out
+    return NotImplemented
 
 
 def builtin_var(value: Any) -> Var:

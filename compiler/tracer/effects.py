@@ -7,12 +7,17 @@ harmless is listed, and an empty list means the call only reads and returns.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from compiler.records import SideEffect
 from compiler.tracer.graph_builder import is_node_impure
 from compiler.tracer.objects import AttrWrites
 from compiler.tracer.variables import CellVar, Var
+
+if TYPE_CHECKING:
+    from compiler.tracer.values.library_calls import DeferredCall
 
 # Ops whose written tensors are not their first argument: the argument positions written.
 _WRITTEN_ARGS = {
@@ -27,8 +32,11 @@ def entry_side_effects(
     attr_writes: list[AttrWrites],
     cells: dict[str, CellVar],
     graph_break: str | None,
+    deferred: list[DeferredCall] = (),
 ) -> list[SideEffect]:
     effects = _graph_writes(gm)
+    for call in deferred:
+        effects.append(SideEffect("deferred", "", f"{call.what} is made after the graph"))
     for v in mutated:
         effects.append(SideEffect("container", v.source or "", f"{v.source} is changed in place"))
     for writes in attr_writes:

@@ -566,12 +566,13 @@ def _build_entry(
     if result.kind == "return":
         rebuild, _ = compile_rebuild(
             "return", result.value, None, None, outputs, tracer.guards.namespace, mutated,
-            attr_writes, written_cells, builder.shapes.python_text,
+            attr_writes, written_cells, builder.shapes.python_text, tracer.deferred_calls,
         )  # fmt: skip
     else:
         rebuild, _ = compile_rebuild(
             "break", None, end_frame.locals, end_frame.stack, outputs, tracer.guards.namespace,
             mutated, attr_writes, written_cells, builder.shapes.python_text,
+            tracer.deferred_calls,
         )  # fmt: skip
     graph_record = None
     graph_fn = None
@@ -610,7 +611,12 @@ def _build_entry(
         compile_time_s=time.perf_counter() - start,
         controls=list(builder.controls),
         side_effects=entry_side_effects(
-            gm, mutated, attr_writes, tracer.root.cells, result.reason if graph_break else None
+            gm,
+            mutated,
+            attr_writes,
+            tracer.root.cells,
+            result.reason if graph_break else None,
+            tracer.deferred_calls,
         ),
     )
     start_grad = torch.is_grad_enabled()

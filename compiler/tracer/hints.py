@@ -123,6 +123,22 @@ HINTS: dict[str, BreakHint] = {
         "compile the module's forward directly.",
         "handle.remove()\ncompiled = compiler.compile(model)",
     ),
+    "logging": BreakHint(
+        FUNDAMENTAL,
+        "A log call or warning with a tensor argument formats the tensor's value, which only "
+        "exists when the graph runs. Log constants and shapes (those are made after the "
+        "graph without a break), or log the tensor after the compiled function returns.",
+        "logger.info('batch of %d', x.shape[0])  # not: logger.info('loss %s', loss)",
+    ),
+    "autograd_function": BreakHint(
+        NOT_YET,
+        "The custom autograd Function's forward could not be traced (it reads a tensor's "
+        "value, returns non-tensors, or uses ctx in a way the tracer does not follow). Keep "
+        "forward to tensor ops on its tensor arguments; it then runs inside the graph with "
+        "your backward.",
+        "class Fn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n        return x.clamp(-1, 1)",
+    ),
     "context_manager": BreakHint(
         NOT_YET,
         "This `with` block's context manager is not traced. Enter it outside the compiled "

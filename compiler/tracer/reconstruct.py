@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -19,6 +19,9 @@ from compiler.tracer.guards import CompiledGuards, list_item
 from compiler.tracer.objects import AttrWrites
 from compiler.tracer.values.table import ops_of
 from compiler.tracer.variables import CellVar, TensorVar, Var
+
+if TYPE_CHECKING:
+    from compiler.tracer.values.library_calls import DeferredCall
 
 
 class GradRestore:
@@ -229,12 +232,14 @@ def compile_rebuild(
     attr_writes: list[AttrWrites] = (),
     cells: list[CellVar] = (),
     sym_text: Callable[[Any, Callable], str] | None = None,
+    deferred: list[DeferredCall] = (),
 ) -> tuple[Callable, str]:
     """`rebuild(L, G, O, F)`: for a return, the value; for a break, (locals, stack). It
     first reads every value the frame gets back (as the trace saw them), then replays the
     side effects: containers, attributes and the real cells written (`cells`), among them
     those of the real frame `F`. `sym_text` writes the Python of a symbolic size (sizes are
-    computed from the inputs, not graph outputs)."""
+    computed from the inputs, not graph outputs). Last come the `deferred` calls (log records,
+    warnings), in the order the trace met them."""
     em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)}, sym_text=sym_text)
     if kind == "return":
         result = em.snapshot(em.expr(value))
@@ -249,11 +254,21 @@ def compile_rebuild(
         keep_expr = " ".join(f"{n!r}: L[{n!r}]," for n in keep)
         result = f"{{{keep_expr} {local_items}}}, [{stack_items}]"
     effects = side_effects(em, list(mutated), list(attr_writes), list(cells))
+    effects.extend(_deferred_call(em, c) for c in deferred)
     body = [*em.lines, *effects, f"    return {result}"]
     source = "def rebuild(L, G, O, F):\n" + "\n".join(body) + "\n"
     ns = em.namespace
     exec(compile(source, "<rebuild>", "exec"), ns)
     return ns["rebuild"], source
+
+
+def _deferred_call(em: Emitter, call: DeferredCall) -> str:
+    """One deferred call; a Var argument (a symbolic size) is read with the other values,
+    before any side effect is replayed."""
+    args = ", ".join(
+        em.snapshot(em.expr(a)) if isinstance(a, Var) else em.ref(a, "a") for a in call.args
+    )
+    return f"    {em.ref(call.fn, 'fn')}({args}, **{em.ref(call.kwargs, 'kw')})"
 
 
 def _is_lazy_same(v: Var, name: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.records import SourceLine
 from compiler.tracer import binding, calls, generators
@@ -36,6 +36,9 @@ from compiler.tracer.variables import (
     Var,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
+
+if TYPE_CHECKING:
+    from compiler.tracer.values.library_calls import DeferredCall
 
 MAX_INSTRUCTIONS = 500_000
 MAX_INLINE_DEPTH = 32
@@ -119,6 +122,7 @@ class Tracer:
         self.unwound: int | None = None
         self.covered = False
         self.attr_writes: dict[int, AttrWrites] = {}  # attributes written to real objects
+        self.deferred_calls: list[DeferredCall] = []  # log calls made after the graph
         # State changes, counted for the generators the trace runs ahead (generators.py):
         # those any code may see, those to lists and dicts built in the trace, and the
         # iterators of the generators inlined.

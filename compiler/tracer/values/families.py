@@ -2,9 +2,11 @@
 the tracer's modules are all loaded) so that each registers its kinds in VALUE_OPS."""
 
 from compiler.tracer.values import (  # noqa: F401
+    autograd_functions,
     containers,
     functions,
     iterators,
+    library_calls,
     modules,
     numbers,
     sets,

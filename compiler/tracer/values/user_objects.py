@@ -192,6 +192,9 @@ def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var])
         special = None
     if special is not None:
         return special(tx, args, kwargs)
+    by_type = calls.call_by_type(tx, fn, args, kwargs)
+    if by_type is not NotImplemented:
+        return by_type
     if builtin_fns.is_pure_builtin(value) or builtin_fns.folds_numpy_scalars(value, args, kwargs):
         return builtin_fns.fold(tx, value, args, kwargs)
     if isinstance(value, type):

@@ -23,7 +23,7 @@ from torch.fx.passes.split_module import split_module
 from compiler.aot.trace import source_line_of
 from compiler.backends.options import BackendOptions, backend_options, current_options
 from compiler.records import GraphRecord, KernelRecord, compiling_graph, current_graph
-from compiler.runtime import autocast
+from compiler.support import autocast
 
 CompileStatic = Callable[[torch.fx.GraphModule, list], Callable]
 

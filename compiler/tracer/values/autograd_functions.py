@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.runtime import autocast
+from compiler.support import autocast
 from compiler.tracer import calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps

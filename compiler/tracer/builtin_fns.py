@@ -27,6 +27,7 @@ from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
     DictVar,
+    EndlessIteratorVar,
     ExceptionVar,
     FunctionVar,
     GradModeVar,
@@ -320,14 +321,25 @@ def _zip(tx, args, kwargs):
 
 def _lazy_columns(tx: Tracer, args: list[Var]) -> list[list[Var]]:
     """The items a lazy builtin (enumerate, zip, map, filter) may read from each argument:
-    an iterator's are left unconsumed (`_lazily_reads` links them)."""
-    columns = []
+    an iterator's are left unconsumed (`_lazily_reads` links them). An endless iterator
+    (itertools.count) gives one item more than the longest other argument, so it is never
+    the one that runs short."""
+    columns: list[list[Var] | None] = []
     for a in args:
-        if isinstance(a, IteratorVar):
+        if isinstance(a, EndlessIteratorVar):
+            columns.append(None)
+        elif isinstance(a, IteratorVar):
             generators.check_read(tx, a)
             columns.append(a.items[a.index :])
         else:
             columns.append(unpack_iterable(tx, a))
+    finite = [len(c) for c in columns if c is not None]
+    if not finite:
+        raise Break("zip() or map() over endless iterators only never stops", "unsupported")
+    for k, a in enumerate(args):
+        if columns[k] is None:
+            a.extend(a.index + max(finite) + 1)
+            columns[k] = a.items[a.index :]
     return columns
 
 

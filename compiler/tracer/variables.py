@@ -210,6 +210,28 @@ class IteratorVar(Var):
 
 
 @dataclass(eq=False)
+class EndlessIteratorVar(IteratorVar):
+    """`itertools.count(start, step)` or `itertools.repeat(value)`: an iterator that never
+    runs out, its items made as far as it is read (always one item ahead of `index`)."""
+
+    maker: Any = None  # itertools.count or itertools.repeat
+    # the arguments that make it again `n` items in, the first of which is its next item
+    args_at: Callable[[int], list[Var]] | None = None
+
+    def __post_init__(self) -> None:
+        self.extend(self.index + 1)
+
+    def extend(self, n: int) -> None:
+        """Items made up to position `n` (a reader that takes `n` items at once: zip)."""
+        while len(self.items) < n:
+            self.items.append(self.args_at(len(self.items))[0])
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        super().move(index, exhausted)
+        self.extend(index + 1)
+
+
+@dataclass(eq=False)
 class GradModeVar(Var):
     """`torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(b)` as a context;
     `enabled=None` keeps the grad mode (a context that changes nothing, such as

@@ -197,6 +197,7 @@ class IteratorVar(Var):
     # each with its index after this one gave k items (positions[k]), and its index and
     # whether it ran out after this one ran out.
     links: list[tuple[IteratorVar, list[int], tuple[int, bool]]] = field(default_factory=list)
+    made_at: int = 0  # with links: the root-frame instruction that made it
 
     def move(self, index: int, exhausted: bool = False) -> None:
         """Consumed up to `index`, and then found empty if `exhausted`: the iterators it

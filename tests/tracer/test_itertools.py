@@ -48,11 +48,7 @@ def islice_of_iterator_then_rest(x):
     return first, list(it)
 
 
-@case(
-    T(3),
-    xfail="an iterator read by its own code between two reads of a lazy view of it (islice, "
-    "zip, map): the view's items were computed ahead (the same holds for zip today)",
-)
+@case(T(3))
 def islice_partly_read(x):
     it = iter([x, x * 2, x * 3, x * 4])
     part = itertools.islice(it, 1, 4, 2)
@@ -66,6 +62,33 @@ def chain_of_iterators_partly_read(x):
     c = itertools.chain(a, b)
     first = [next(c), next(c), next(c)]
     return first, list(a), list(c), list(b)
+
+
+@case(T(3))
+def zip_source_read_in_between(x):
+    it = iter([x, x * 2, x * 3, x * 4])
+    z = zip(it)
+    a = next(z)
+    return a, next(it), list(z), list(it)
+
+
+@case(T(3))
+def two_views_of_one_iterator(x):
+    it = iter([x, x + 1, x + 2, x + 3])
+    evens, pairs = itertools.islice(it, 2), zip(it, it)
+    return list(pairs), list(evens)
+
+
+@case(T(3), recompiles=True)
+def zip_one_iterator_twice(x):
+    it = iter([x, x + 1, x + 2, x + 3])
+    return [a * b for a, b in zip(it, it)]
+
+
+@case(T(3))
+def chain_one_iterator_twice(x):
+    it = iter([x, x + 1])
+    return list(itertools.chain(it, it))
 
 
 @case(T(3), graphs=1, breaks=0)

@@ -57,6 +57,7 @@ def _link(
     if isinstance(arg, IteratorVar):
         base = arg.index
         out.links.append((arg, [base + p for p in positions], (base + final[0], final[1])))
+        out.made_at = tx.root_pc
 
 
 def _const(v: Var | None, default: Any = None) -> Any:
@@ -71,6 +72,7 @@ def _const(v: Var | None, default: Any = None) -> Any:
 
 
 def _chain_of(tx: Tracer, iterables: Args) -> IteratorVar:
+    builtin_fns.read_once(iterables)
     columns = [_items(tx, a) for a in iterables]
     out = IteratorVar([v for c in columns for v in c])
     total, before = len(out.items), 0
@@ -119,6 +121,7 @@ def _pairwise(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
 
 def _zip_longest(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
     fill = kwargs.get("fillvalue", ConstVar(None))
+    builtin_fns.read_once(args)
     columns = [_items(tx, a) for a in args]
     rows = max((len(c) for c in columns), default=0)
     out = IteratorVar(

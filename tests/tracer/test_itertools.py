@@ -154,6 +154,13 @@ def count_left_running(x):
 
 
 @case(T(3), graphs=1, breaks=0)
+def islice_of_count(x):
+    c = itertools.count(2)
+    scaled = [x * k for k in itertools.islice(c, 3)]
+    return scaled, next(c), list(itertools.islice(itertools.repeat(x + 1), 2))
+
+
+@case(T(3), graphs=1, breaks=0)
 def repeat_times(x):
     return [t + 1 for t in itertools.repeat(x, 3)]
 

@@ -101,7 +101,12 @@ def _islice(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
     start, step = start or 0, step or 1
     if start < 0 or step < 1 or (stop is not None and stop < 0):
         raise Break("islice() with bounds eager rejects", "user_error")
-    items = _items(tx, args[0])
+    source = args[0]
+    if isinstance(source, EndlessIteratorVar) and stop is not None:
+        source.extend(source.index + stop)  # islice(count(), n): as far as it reads
+        items = source.items[source.index : source.index + stop]
+    else:
+        items = _items(tx, source)
     n = len(items)
     end = n if stop is None else min(stop, n)
     picked = list(range(start, end, step))

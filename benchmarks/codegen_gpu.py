@@ -38,7 +38,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_CACHE, "triton"))
 import torch  # noqa: E402
 
 import compiler  # noqa: E402
-from compiler.codegen.compile_fx import compile_fx  # noqa: E402
+from compiler.backends.inductor import compile_fx  # noqa: E402
 
 
 def run_tests() -> int:

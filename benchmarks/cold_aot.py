@@ -66,7 +66,7 @@ def child(name: str, device: str, profile: int) -> None:
 
     import compiler
     from compiler.aot import joint
-    from compiler.codegen import compile_fx
+    from compiler.backends import inductor
 
     passes: dict[str, float] = defaultdict(float)
     prof = cProfile.Profile() if profile else None
@@ -90,7 +90,7 @@ def child(name: str, device: str, profile: int) -> None:
     timed(joint, "describe", "describe")
     timed(joint, "_trace_autograd", "autograd")
     timed(joint, "trace_forward", "trace_forward (joint)")
-    timed(compile_fx, "trace_forward", "trace_forward (forward-only)", profiled=True)
+    timed(inductor, "trace_forward", "trace_forward (forward-only)", profiled=True)
     from compiler.aot import training
 
     timed(training, "trace_joint", "joint total", profiled=True)

@@ -63,7 +63,7 @@ def compile_ours(fn):
     compile_fn = getattr(compiler, "compile", None)
     if compile_fn is not None:
         return compile_fn(fn), "compiler.compile"
-    from compiler.codegen.compile_fx import compile_fx
+    from compiler.backends.inductor import compile_fx
 
     gm = torch.fx.symbolic_trace(fn)
     holder: dict = {}

@@ -68,9 +68,9 @@ def run(label, mode, eager_optimizer=False):
 
 which = sys.argv[1] if len(sys.argv) > 1 else "all"
 if os.environ.get("NCHW"):
-    from compiler.codegen import compile_fx
+    from compiler.backends import inductor
 
-    compile_fx.TRAINING_CHANNELS_LAST = frozenset()
+    inductor.TRAINING_CHANNELS_LAST = frozenset()
 if os.environ.get("NOSPLIT"):
     from compiler.scheduler import split
 

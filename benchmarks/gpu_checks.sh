@@ -8,6 +8,9 @@
 #               test of tests/codegen (CODEGEN_TEST_DEVICE=cuda), the OpInfo CI subset included
 #   opinfo      the full OpInfo run (every sample) on CUDA in $OPINFO_SHARDS interleaved shards
 #   fuzz        the FX-graph fuzzer on CUDA, $FUZZ_CASES cases
+#   amp         with AMP_GPU set (a second GPU's index), benchmarks/amp_train_gpu.py's GPT-2 and
+#               Llama steps in reduce-overhead mode against torch.compile, on that GPU (its
+#               times share the host's cores with the tests: read them as a check, not a record)
 # Summaries go to $OUT/gpu_checks.txt (the device returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu_out}
@@ -18,7 +21,7 @@ mkdir -p "$OUT" "$LOGS"
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 # ~13 processes share 16 cores: a few compile workers each, not 16
 export COMPILER_COMPILE_WORKERS=${COMPILER_COMPILE_WORKERS:-2} COMPILER_COMPILE_THREADS=2
-python3 -m compiler.runtime.tensor_guards build >/dev/null 2>&1 || echo "tensor guards stay in Python"
+python3 -m compiler.runtime.cpp_ext build >/dev/null 2>&1 || echo "the C++ extension is not built: guards and launches stay in Python"
 PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
 run() {  # name, command...
   local name=$1; shift
@@ -36,10 +39,16 @@ for i in $(seq 0 $((SHARDS - 1))); do
 done
 FUZZ_EXAMPLES=${FUZZ_CASES:-2000} FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda \
   run fuzz $PYTEST --timeout=0 -k test_fuzz_cuda tests/codegen/test_fuzz_graphs.py
+if [ -n "${AMP_GPU:-}" ]; then
+  (for model in gpt2 llama; do
+     CUDA_VISIBLE_DEVICES=$AMP_GPU timeout 240 python3 benchmarks/amp_train_gpu.py --model $model \
+       --mode reduce-overhead --steps 3 --time 10 --tc --profile --notes
+   done > "$LOGS/amp.txt" 2>&1) &
+fi
 wait
 for f in "$LOGS"/*.txt; do
   echo "== $(basename "$f" .txt)" >> "$OUT/gpu_checks.txt"
-  grep -E "^(FAILED|ERROR)|passed|failed|^total|^cuda |exit [0-9]+" "$f" | tail -40 >> "$OUT/gpu_checks.txt"
+  grep -E "^(FAILED|ERROR)|passed|failed|^total|^cuda |exit [0-9]+|ms/step|CUDA graph \(|^  +[0-9.]+ ms x|GPU time|loss difference" "$f" | cut -c1-400 | tail -60 >> "$OUT/gpu_checks.txt"
 done
 cp test-output/fuzz/*.json "$LOGS"/ 2>/dev/null
 tar czf "$OUT/gpu_logs.tgz" -C "$LOGS" .

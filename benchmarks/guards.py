@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/guards.py [--models resnet18,densenet121] [--calls N] [--batches K]
         [--no-frozen]
 
-Builds the C++ tensor guard extension if needed (compiler/runtime/tensor_guards.py), compiles
+Builds the C++ extension if needed (compiler/runtime/cpp_ext.py), compiles
 each model (torchvision, random weights, eval, batch 1, 3x32x32, under `torch.no_grad()`) twice
 with a no-op backend, once with the tensor checks in C++ and once all in Python, and takes
 the two entries' guard functions (`CompiledGuards.check`) with the frame values they are
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import compiler  # noqa: E402
-from compiler.runtime import tensor_guards  # noqa: E402
+from compiler.runtime import cpp_ext  # noqa: E402
 from compiler.tracer import evaluator  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def guard_function(model: torch.nn.Module, x: torch.Tensor, checker) -> tuple:
     """The entry's CompiledGuards and the (L, G) it is checked with on a call, compiled with
     `checker` as the extension's TensorChecker (None: Python checks)."""
     compiler.reset()
-    tensor_guards.checker_class = lambda: checker
+    cpp_ext.checker_class = lambda: checker
     seen = {}
     lookup = evaluator._lookup
 
@@ -78,13 +78,11 @@ def main() -> None:
     parser.add_argument("--no-frozen", action="store_true", help="C++ column without FrozenReads")
     args = parser.parse_args()
     if args.no_frozen:
-        tensor_guards.frozen_class = lambda: None
+        cpp_ext.frozen_class = lambda: None
     import torchvision
 
-    checker = tensor_guards.load_library(tensor_guards.build()).TensorChecker
-    print(
-        f"tensor guard extension: {tensor_guards.built_for()}, {tensor_guards.library_path().name}"
-    )
+    checker = cpp_ext.load_library(cpp_ext.build()).TensorChecker
+    print(f"tensor guard extension: {cpp_ext.built_for()}, {cpp_ext.library_path().name}")
     print()
     print(
         "| model | guards | tensors | Python µs (median / min) | C++ µs (median / min) | speedup (median) |"

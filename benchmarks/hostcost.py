@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 import compiler  # noqa: E402
 from benchmarks.guards import guard_function  # noqa: E402
 from benchmarks.train_gpu import make_train  # noqa: E402
-from compiler.runtime import tensor_guards  # noqa: E402
+from compiler.runtime import cpp_ext  # noqa: E402
 
 WIDTH_DIVISOR = 16
 
@@ -113,7 +113,7 @@ def rows_for(name: str, calls: int, batches: int, do_profile: bool) -> list[str]
     import torchvision
 
     out = []
-    checker = tensor_guards.load_library(tensor_guards.build()).TensorChecker
+    checker = cpp_ext.load_library(cpp_ext.build()).TensorChecker
     torch.manual_seed(0)
     full = getattr(torchvision.models, name)().eval()
     with torch.no_grad():

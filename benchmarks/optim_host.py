@@ -5,7 +5,7 @@ densenet121's 364 parameters, each with a gradient.
     python benchmarks/optim_host.py [--device cpu|cuda] [--repeats 300]
 
 Rows: torch's own Optimizer.zero_grad(set_to_none=True) and compiler/optim/zero_grad.py's
-`clear_grads`, which the frame evaluator makes instead; `_reuse` with the tensor_guards
+`clear_grads`, which the frame evaluator makes instead; `_reuse` with the C++
 extension's `group_grads` and with the Python checks. zero_grad is timed twice: with the
 gradients also held elsewhere (the loop alone) and with each gradient freed by the call (a
 new gradient per call, as a backward makes them; the tensor's deallocation included).
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from compiler.optim import step as optim_step  # noqa: E402
 from compiler.optim import zero_grad  # noqa: E402
 from compiler.optim.functional import adam_step  # noqa: E402
-from compiler.runtime import tensor_guards  # noqa: E402
+from compiler.runtime import cpp_ext  # noqa: E402
 
 
 def _median_us(fn: Callable, setup: Callable, repeats: int) -> float:
@@ -69,20 +69,20 @@ def main() -> None:
         for p in params:
             p.grad = torch.empty_like(p)
 
-    group_grads = tensor_guards.group_grads_function()
-    assert group_grads is not None, tensor_guards.status()
+    group_grads = cpp_ext.group_grads_function()
+    assert group_grads is not None, cpp_ext.status()
 
     def python_only(fn: Callable) -> Callable:
         def run() -> None:
-            tensor_guards.group_grads_function = lambda: None
+            cpp_ext.group_grads_function = lambda: None
             try:
                 fn()
             finally:
-                tensor_guards.group_grads_function = lambda: group_grads
+                cpp_ext.group_grads_function = lambda: group_grads
 
         return run
 
-    tensor_guards.group_grads_function = lambda: group_grads
+    cpp_ext.group_grads_function = lambda: group_grads
     rows = []
     for label, setup in (("gradients held elsewhere", held), ("gradients freed", fresh)):
         rows += [

@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
 from benchmarks.train_gpu import guards_in_cpp  # noqa: E402
-from compiler.codegen.compile_fx import compile_fx  # noqa: E402
+from compiler.backends.inductor import compile_fx  # noqa: E402
 
 
 def median_ms(fn, iters: int = 30, warmup: int = 5) -> float:

@@ -49,15 +49,15 @@ def guards_in_cpp() -> str:
     """Builds the C++ tensor guard extension in the default cache, as `make setup` does for a
     user (a cache hit there when it has run), and says how guards are checked. These scripts
     compile in fresh cache folders; the extension loads from the default cache when the
-    cache in use has none (runtime/tensor_guards.py), so it serves the whole process
+    cache in use has none (runtime/cpp_ext.py), so it serves the whole process
     wherever the caches move to (fresh_caches)."""
-    from compiler.runtime import cpp_build, tensor_guards
+    from compiler.runtime import cpp_build, cpp_ext
 
     try:
-        tensor_guards.build(cpp_build.default_cache_dir())
+        cpp_ext.build(cpp_build.default_cache_dir())
     except Exception as e:  # the guards stay in Python, and status() says why
         print(f"tensor guard extension not built: {type(e).__name__}: {e}", flush=True)
-    return tensor_guards.status()
+    return cpp_ext.status()
 
 
 def median_ms(fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import functools
-import inspect as pyinspect
 import types
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 
 from compiler import verify as verify_mode
-from compiler.backends.registry import (
-    backend_name,
-    backend_options,
-    list_backends,
-    lookup_backend,
-    register_backend,
-)
+from compiler.backends.options import backend_options
+from compiler.backends.registry import backend_name, list_backends, lookup_backend, register_backend
 from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
-from compiler.records import CompiledReport, GraphRecord, Guard, compiling_graph, current_graph
+from compiler.export import ExportResult, export
+from compiler.records import CompiledReport, GraphRecord, compiling_graph, current_graph
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.evaluator import CompileConfig, CompileContext, reset_all, run_function
 
@@ -29,6 +24,7 @@ __all__ = [
     "compile",
     "explain",
     "export",
+    "ExportResult",
     "optimize",
     "reset",
     "inspect",
@@ -132,7 +128,7 @@ def _prepare(backend: str) -> None:
         from compiler.aot.decompositions import decomposition_table
 
         decomposition_table()
-        import compiler.codegen.compile_fx  # noqa: F401 (0.1-0.2 s the first call would wait)
+        import compiler.backends.inductor  # noqa: F401 (0.1-0.2 s the first call would wait)
 
 
 def optimize(
@@ -277,7 +273,7 @@ def reset() -> None:
     reset_all()
 
 
-# ---- explain and export ----------------------------------------------------------------------
+# ---- explain --------------------------------------------------------------------------
 
 
 def explain(fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -301,110 +297,3 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     if args or kwargs:
         return run(*args, **kwargs)
     return run
-
-
-class ExportResult(NamedTuple):
-    graph_module: torch.fx.GraphModule
-    guards: list[Guard]
-
-
-def export(fn: Callable, *args: Any, **kwargs: Any) -> ExportResult:
-    """One GraphModule for the whole of `fn(*args, **kwargs)`, taking the same tensor arguments,
-    plus the guards under which it is valid. Raises `Unsupported` naming the break if any."""
-    captured: list[torch.fx.GraphModule] = []
-
-    def capture(gm: torch.fx.GraphModule, example_inputs):
-        captured.append(gm)
-        return gm.forward
-
-    compiled = compile(fn, backend=capture, fullgraph=True)
-    result = compiled(*args, **kwargs)
-    report = inspect(compiled)
-    if len(captured) != 1 or len(report.entries) != 1:
-        raise Unsupported(f"export needs exactly one graph, the function produced {len(captured)}")
-    entry = report.entries[0]
-    gm = _bind_non_arguments(captured[0], fn, args, kwargs, single=isinstance(result, torch.Tensor))
-    return ExportResult(gm, entry.guards)
-
-
-def _bind_non_arguments(
-    gm: torch.fx.GraphModule, fn: Callable, args: tuple, kwargs: dict, single: bool
-) -> torch.fx.GraphModule:
-    """Turn placeholders that are not the call's tensor arguments (parameters, buffers,
-    globals) into attributes of the exported module, so it is called with the arguments only."""
-    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
-    try:
-        sig = pyinspect.signature(target)
-        bound = sig.bind(*args, **kwargs)
-        arg_sources = {f"L[{name!r}]": name for name in bound.arguments}
-        order = list(bound.arguments)
-    except (TypeError, ValueError):
-        arg_sources, order = {}, []
-    values = {"L": {}, "G": {}}
-    if isinstance(fn, torch.nn.Module):
-        values["L"]["self"] = fn
-    if arg_sources:
-        values["L"].update(bound.arguments)
-    values["G"] = getattr(target, "__globals__", {})
-    graph = gm.graph
-    user_inputs: dict[str, torch.fx.Node] = {}
-    sizes: list[torch.fx.Node] = []
-    for i, node in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
-        source = node.meta.get("source", "")
-        if source in arg_sources:
-            user_inputs[arg_sources[source]] = node
-            continue
-        if isinstance(node.meta.get("example_value"), torch.SymInt):
-            sizes.append(node)
-            continue
-        value = eval(source, {}, values)
-        attr = f"_const_{i}"
-        if isinstance(value, torch.nn.Parameter):
-            gm.register_parameter(attr, value)
-        else:
-            gm.register_buffer(attr, value)
-        with graph.inserting_before(node):
-            replacement = graph.get_attr(attr)
-        replacement.meta.update(node.meta)
-        node.replace_all_uses_with(replacement)
-        graph.erase_node(node)
-    for node in sizes:
-        _bind_size(graph, node, arg_sources, user_inputs, values)
-    first = next(iter(graph.nodes))
-    for name in reversed(order):
-        node = user_inputs.get(name)
-        if node is not None and node is not first:
-            first.prepend(node)
-            first = node
-    output = next(n for n in graph.nodes if n.op == "output")
-    outs = output.args[0]
-    if single and isinstance(outs, tuple) and len(outs) == 1:
-        output.args = (outs[0],)
-    graph.lint()
-    gm.recompile()
-    return gm
-
-
-def _bind_size(
-    graph: torch.fx.Graph,
-    node: torch.fx.Node,
-    arg_sources: dict[str, str],
-    user_inputs: dict[str, torch.fx.Node],
-    values: dict,
-) -> None:
-    """A symbolic size placeholder (`L['x'].size(0)`) of an exported graph: read from its
-    tensor argument inside the graph, or a constant when the tensor is not an argument."""
-    source = node.meta["source"]
-    base, _, dim = source.rpartition(".size(")
-    tensor = user_inputs.get(arg_sources.get(base, ""))
-    if tensor is not None and dim.rstrip(")").isdigit():
-        with graph.inserting_after(tensor):
-            replacement = graph.call_method("size", (tensor, int(dim.rstrip(")"))))
-        replacement.meta.update(node.meta)
-        node.replace_all_uses_with(replacement)
-    else:
-        value = eval(source, {}, values)
-        for user in list(node.users):
-            user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is node else n)
-            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is node else n)
-    graph.erase_node(node)

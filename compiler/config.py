@@ -35,6 +35,10 @@ The settings, as torch._dynamo.config names them:
   [0.5, 1)). A half value converted to an integer or bool is rounded first, as eager sees it.
   True rounds after every op as eager does, for results equal to eager's. A compiled graph
   compiles again for calls made under the other value.
+- `pad_matmuls` (default "auto"; TorchInductor calls its pass pad_mm): matmuls whose sizes
+  are not multiples of 16 bytes (a vocabulary of 50257) run on zero-padded operands, for
+  cuBLAS's aligned kernels (compiler/aot/pad_matmul.py). "auto": on CUDA only; True: on any
+  device (the CPU tests use it); False: never. Read when a graph is compiled.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ suppress_errors: bool = True
 verbose: bool = False
 automatic_dynamic_shapes: bool = True
 emulate_precision_casts: bool = False
+pad_matmuls: bool | str = "auto"
 
 _SETTINGS = (
     "cache_size_limit",
@@ -56,6 +61,7 @@ _SETTINGS = (
     "verbose",
     "automatic_dynamic_shapes",
     "emulate_precision_casts",
+    "pad_matmuls",
 )
 
 

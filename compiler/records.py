@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from compiler.runtime.gc_pause import gc_paused
+from compiler.support.gc_pause import gc_paused
 
 
 class CompilerWarning(UserWarning):

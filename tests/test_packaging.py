@@ -9,6 +9,8 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
+from compiler.tracer.opcodes.registry import NEWEST, OLDEST
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -26,7 +28,8 @@ def test_distribution_is_installed_with_both_packages() -> None:
 def test_metadata_declares_python_and_dev_extra() -> None:
     meta = importlib.metadata.metadata("jupyter-compile")
     # the Pythons whose bytecode the tracer decodes; Binder pins one of them
-    assert SpecifierSet(meta["Requires-Python"]) == SpecifierSet(">=3.11,<3.13")
+    supported = f">={OLDEST[0]}.{OLDEST[1]},<{NEWEST[0]}.{NEWEST[1] + 1}"
+    assert SpecifierSet(meta["Requires-Python"]) == SpecifierSet(supported)
     assert (REPO_ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
     assert "dev" in meta.get_all("Provides-Extra")
 

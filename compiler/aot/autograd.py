@@ -46,7 +46,7 @@ from compiler.aot.outputs import OutputInfo, eager_leaves
 from compiler.aot.partition import Partition
 from compiler.runtime.copies import same_memory
 from compiler.runtime.cudagraphs import is_handed_out
-from compiler.runtime.support import unflattener
+from compiler.support.results import unflattener
 
 
 class TrainingGraph:

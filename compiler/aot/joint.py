@@ -41,8 +41,8 @@ from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
 from compiler.aot.outputs import OutputInfo, describe_outputs, run_fake
 from compiler.aot.trace import AotGraph, origins_of, source_line_of, trace_forward
-from compiler.runtime.autocast import preserved
-from compiler.runtime.lazy_graphs import graph_module, lazy_graph_modules
+from compiler.support.autocast import preserved
+from compiler.support.lazy_graphs import graph_module, lazy_graph_modules
 
 
 class JointError(RuntimeError):

@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten
 
-from compiler.runtime.support import unflattener
+from compiler.support.results import unflattener
 
 
 @dataclass

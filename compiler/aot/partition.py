@@ -37,7 +37,7 @@ import torch.fx
 from compiler.aot.joint import JointGraph
 from compiler.aot.mincut import CutError, FlowNetwork
 from compiler.aot.trace import AotGraph
-from compiler.runtime.lazy_graphs import graph_module
+from compiler.support.lazy_graphs import graph_module
 
 aten = torch.ops.aten
 prims = torch.ops.prims

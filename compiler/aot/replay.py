@@ -34,7 +34,7 @@ from torch.fx.traceback import NodeSource
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from compiler.aot.inplace import storage_node
-from compiler.runtime.lazy_graphs import graph_module
+from compiler.support.lazy_graphs import graph_module
 
 # FX node metadata make_fx copies onto the aten nodes it records: a part whose nodes carry
 # any (but those make_fx sets itself) could not share its aten nodes' metadata.

@@ -24,8 +24,8 @@ from compiler.aot.inplace import remove_mutations
 from compiler.aot.outputs import Outputs, describe_outputs, run_fake
 from compiler.aot.replay import trace_by_kind
 from compiler.records import SourceLine
-from compiler.runtime.autocast import preserved
-from compiler.runtime.lazy_graphs import lazy_graph_modules
+from compiler.support.autocast import preserved
+from compiler.support.lazy_graphs import lazy_graph_modules
 
 
 @dataclass

@@ -36,8 +36,8 @@ from compiler.aot.joint import (
 from compiler.aot.partition import Partition, PartitionError, partition
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders
 from compiler.records import GraphRecord, PartitionRecord, SavedTensorRecord
-from compiler.runtime.keys import SignatureKey, kept_key
-from compiler.runtime.lazy_graphs import graph_code
+from compiler.support.keys import SignatureKey, kept_key
+from compiler.support.lazy_graphs import graph_code
 
 # (graph half, its part name "forward"/"backward", the forward's example inputs or None for
 # the backward, compiled at its first call) -> a callable returning the half's flat outputs

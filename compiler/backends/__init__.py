@@ -1,7 +1,6 @@
+from compiler.backends.options import BackendOptions, current_options
 from compiler.backends.registry import (
-    BackendOptions,
     backend_name,
-    current_options,
     list_backends,
     lookup_backend,
     register_backend,

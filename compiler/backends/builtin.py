@@ -11,10 +11,23 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten
 
-from compiler.backends.registry import _builtin, current_options
+from compiler.backends.options import current_options
 from compiler.records import current_graph
 from compiler.runtime.eager import forward_at_user_lines
-from compiler.runtime.lazy_graphs import graph_code, runnable
+from compiler.support.lazy_graphs import graph_code, runnable
+
+Backend = Callable[[torch.fx.GraphModule, Sequence[torch.Tensor]], Callable]
+
+# Name -> backend; compiler/backends/registry.py adds them to its table at the first lookup.
+BUILTIN_BACKENDS: dict[str, Backend] = {}
+
+
+def _builtin(name: str) -> Callable[[Backend], Backend]:
+    def add(fn: Backend) -> Backend:
+        BUILTIN_BACKENDS[name] = fn
+        return fn
+
+    return add
 
 
 def _note(text: str) -> None:
@@ -138,7 +151,7 @@ def inductor(
 ) -> Callable:
     """Our code generator (compiler/codegen). Without explicit `mode`/`options` it takes those
     of the compile call being served, so a user backend wrapping it keeps the user's mode."""
-    from compiler.codegen.compile_fx import compile_fx
+    from compiler.backends.inductor import compile_fx
 
     served = current_options()
     if mode is None and options is None:

@@ -21,7 +21,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from compiler.aot.trace import source_line_of
-from compiler.backends.registry import BackendOptions, backend_options, current_options
+from compiler.backends.options import BackendOptions, backend_options, current_options
 from compiler.records import GraphRecord, KernelRecord, compiling_graph, current_graph
 
 CompileStatic = Callable[[torch.fx.GraphModule, list], Callable]

@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from compiler import config
-from compiler.backends.registry import backend_options, current_options
+from compiler.backends.options import backend_options, current_options
 from compiler.records import CompilerWarning, compiling_graph, current_graph
 from compiler.tracer.shapes import SYM_TYPES, is_symbolic
 

@@ -2,17 +2,12 @@
 
 Backends compose: a user's backend may count or log a graph and hand it on to a registered
 one through `lookup_backend(name)`, or call `compiler.compile(gm)` on the GraphModule it was
-given. The mode and options of the `compile(...)` call being served are visible to every
-backend it reaches through `current_options()`, so a wrapped "inductor" compiles in the mode
-the user asked for, as torch.compile's wrapped backends do.
+given. The built-in backends (builtin.py) join the table at the first lookup.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -20,36 +15,6 @@ Backend = Callable[[torch.fx.GraphModule, Sequence[torch.Tensor]], Callable]
 
 _BACKENDS: dict[str, Backend] = {}
 _BUILTIN: set[str] = set()
-
-
-@dataclass(frozen=True)
-class BackendOptions:
-    """The `mode=`, `options=` and `fullgraph=` of the compile call whose graph a backend is
-    compiling (with fullgraph, a failing code generator raises instead of running eagerly)."""
-
-    mode: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    fullgraph: bool = False
-
-
-_current_options: contextvars.ContextVar[BackendOptions | None] = contextvars.ContextVar(
-    "backend_options", default=None
-)
-
-
-def current_options() -> BackendOptions:
-    return _current_options.get() or BackendOptions()
-
-
-@contextlib.contextmanager
-def backend_options(
-    mode: str | None, options: dict | None, fullgraph: bool = False
-) -> Iterator[None]:
-    token = _current_options.set(BackendOptions(mode, dict(options or {}), fullgraph))
-    try:
-        yield
-    finally:
-        _current_options.reset(token)
 
 
 def register_backend(compiler_fn: Backend | str | None = None, name: str | None = None):
@@ -74,15 +39,6 @@ def register_backend(compiler_fn: Backend | str | None = None, name: str | None 
         name = compiler_fn
         return add
     return add(compiler_fn)
-
-
-def _builtin(name: str):
-    def add(fn: Backend) -> Backend:
-        _BACKENDS[name] = fn
-        _BUILTIN.add(name)
-        return fn
-
-    return add
 
 
 def lookup_backend(name_or_fn: str | Backend) -> Backend:
@@ -112,5 +68,12 @@ def backend_name(backend: str | Backend) -> str:
 
 
 def _load_builtins() -> None:
+    """Once, the built-in backends join the table (a user's backend registered before
+    under one of their names is replaced, as when they were registered at import)."""
+    if _BUILTIN:
+        return
     # Imported lazily: the code generator pulls in much more than the tracer needs.
-    from compiler.backends import builtin  # noqa: F401
+    from compiler.backends.builtin import BUILTIN_BACKENDS
+
+    _BACKENDS.update(BUILTIN_BACKENDS)
+    _BUILTIN.update(BUILTIN_BACKENDS)

@@ -4,16 +4,15 @@ A kernel emitter turns one `KernelGroup` of a `Schedule` into a `KernelSource`: 
 self-contained module text that defines the kernel, plus the wrapper line that launches it.
 The wrapper emitter (compiler/codegen/wrapper.py) only pastes `call` lines; the runtime loads
 every kernel through its emitter's `load`, and binds the result to `KernelSource.name` in the
-wrapper's namespace. So a new backend language is one module exposing an object that follows
-`KernelEmitter`, registered for a device type with `register_emitter`.
+wrapper's namespace. So a new backend language is one module with a `KernelEmitter` subclass,
+picked for a device by compiler/codegen/emitters.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -66,60 +65,45 @@ def shared_kernels(
     return out
 
 
-class KernelEmitter(Protocol):
-    language: str
+class KernelEmitter:
+    """What the driver (compiler/backends/inductor.py) asks of a kernel language. A subclass
+    gives `language`, `emit_kernel` and `load`; the other methods have the defaults of a
+    language that compiles kernels one by one and needs no warm-up."""
+
+    language: str = ""
+    # Variances in one Welford pass (Triton); C++ keeps two passes in one kernel, whose
+    # loops vectorise with OpenMP `simd reduction(+)` clauses a Welford state cannot use.
+    welford: bool = True
+    # Broadcast operands written out as buffers before the kernels that read them (C++).
+    materialise_broadcasts: bool = False
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
         """Generate the kernel of one fused group."""
+        raise NotImplementedError
 
     def load(self, kernel: KernelSource, mode: str | None) -> Any:
         """Compile (or find in the disk cache) and return the object `kernel.call` uses."""
+        raise NotImplementedError
 
+    def load_many(self, kernels: Sequence[KernelSource], mode: str | None) -> list[Any]:
+        """`load` of each kernel; a language that compiles several together overrides it."""
+        return [self.load(k, mode) for k in kernels]
 
-_EMITTERS: dict[str, Callable[[], KernelEmitter | None]] = {}
+    def alias(self, loaded: Any, kernel: KernelSource) -> Any:
+        """`kernel` run by `loaded`, the compiled code of an earlier kernel with its code."""
+        return loaded
 
+    def processors(self, device: torch.device) -> int | None:
+        """How many programs `device` runs at once, for the scheduler's split of long
+        reductions with few outputs; None: never split."""
+        return None
 
-def register_emitter(device_type: str, factory: Callable[[], KernelEmitter | None]) -> None:
-    """`factory()` returns the emitter for tensors on `device_type`, or None if unavailable."""
-    _EMITTERS[device_type] = factory
-
-
-def emitter_for(device: torch.device) -> tuple[KernelEmitter | None, str]:
-    """The kernel emitter for `device` and a readable reason when there is none.
-
-    CUDA: Triton. CPU: the C++ emitter (compiler.codegen.cpp, exposing `EMITTER`) when it
-    imports, else Triton in its interpreter when TRITON_INTERPRET=1. COMPILER_CPU_EMITTER=triton
-    picks the interpreted Triton path on CPU even when C++ is available (how the Triton
-    kernels are tested on machines without a GPU).
-    """
-    if device.type in _EMITTERS:
-        emitter = _EMITTERS[device.type]()
-        if emitter is not None:
-            return emitter, ""
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if device.type == "cuda":
-        from compiler.codegen.triton import TritonEmitter
-
-        return TritonEmitter(), ""
-    if device.type != "cpu":
-        return None, f"no kernel emitter for device type {device.type!r}"
-    if os.environ.get("COMPILER_CPU_EMITTER") == "triton" and interpret:
-        from compiler.codegen.triton import TritonEmitter
-
-        return TritonEmitter(), ""
-    try:
-        from compiler.codegen import cpp
-
-        emitter = getattr(cpp, "EMITTER", None)
-    except ImportError:
-        emitter = None
-    if emitter is not None:
-        return emitter, ""
-    if interpret:
-        from compiler.codegen.triton import TritonEmitter
-
-        return TritonEmitter(), ""
-    return None, "no CPU kernel emitter is available (compiler.codegen.cpp did not load)"
+    def warm_up(
+        self, kernels: Sequence[tuple[Any, list[torch.dtype]]], device: torch.device
+    ) -> list[str]:
+        """Compile loaded kernels ahead of their first launch, each for the dtypes of its
+        pointer parameters; returns notes for the graph's record."""
+        return []
 
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)

@@ -40,7 +40,7 @@ from dataclasses import replace
 import torch
 import torch.autograd.profiler as _profiler
 
-from compiler.codegen.common import LOW_PRECISION, KernelSource, store_order
+from compiler.codegen.common import LOW_PRECISION, KernelEmitter, KernelSource, store_order
 from compiler.codegen.cpp_ops import (
     Accumulator,
     c_constant,
@@ -671,10 +671,12 @@ def translation_units(kernels: Sequence[KernelSource], parts: int) -> list[list[
     return [sorted(u) for u in units if u]
 
 
-class CppEmitter:
+class CppEmitter(KernelEmitter):
     """The KernelEmitter for CPU tensors (see compiler/codegen/common.py)."""
 
     language = "cpp"
+    welford = False  # two passes in one kernel: see KernelEmitter.welford
+    materialise_broadcasts = True
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
         name, source, args = emit_kernel_source(group, schedule)

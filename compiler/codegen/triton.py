@@ -18,7 +18,7 @@ import re
 import torch
 
 from compiler import config as settings
-from compiler.codegen.common import KernelSource, store_order
+from compiler.codegen.common import KernelEmitter, KernelSource, store_order
 from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
 from compiler.ir.index import Index
 from compiler.ir.nodes import (
@@ -304,7 +304,7 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     )
 
 
-class TritonEmitter:
+class TritonEmitter(KernelEmitter):
     """The KernelEmitter for Triton (GPUs, and CPU tensors under TRITON_INTERPRET=1)."""
 
     language = "triton"
@@ -323,3 +323,13 @@ class TritonEmitter:
         from compiler.runtime.triton_launch import load_kernel
 
         return load_kernel(kernel, mode)
+
+    def warm_up(self, kernels, device: torch.device) -> list[str]:
+        """On a GPU, every kernel compiled before the first call, several at a time (the
+        interpreter compiles nothing); notes say which launch through Triton's runtime."""
+        if device.type != "cuda":
+            return []
+        from compiler.runtime.triton_launch import launch_notes, warm_all
+
+        warm_all(list(kernels))
+        return launch_notes([k for k, _ in kernels])

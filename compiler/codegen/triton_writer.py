@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -492,9 +493,16 @@ def _literal(value) -> str:
     return str(value)
 
 
+# What the writer renders a constant as (see _literal above): a number, a bool, an infinity
+# or a NaN.
+_LITERAL = re.compile(r"-?[0-9.]+(e[-+]?[0-9]+)?|True|False|float\('-?(inf|nan)'\)")
+
+
 def _to_dtype(text: str, src: torch.dtype, dst: torch.dtype) -> str:
     """Triton converting `text`, a `src` value, to `dst` (see compiler/codegen/common.py for
     the half-precision values kept in float32)."""
+    if _LITERAL.fullmatch(text):  # `0.to(...)` is not Python: a 0-d tensor of the literal
+        text = f"tl.full([], {text}, {TL_DTYPES[src]})"
     if rounds_source(src, dst):
         text = f"{text}.to({TL_DTYPES[src]})"
     if dst == torch.bool:

@@ -8,7 +8,7 @@ constants (parameters) and the device are bound in the module's namespace by the
 The wrapper runs on every call, and on a GPU its Python is what the kernels wait for (a
 resnet18 training step allocates ~250 buffers), so allocation is cheap on purpose:
 `empty_strided` is torch's own (no Python wrapper around it; only a buffer large enough for
-huge pages goes through `runtime.support`), and a buffer whose last use is past takes the
+huge pages goes through `runtime.wrapper_calls`), and a buffer whose last use is past takes the
 place of a new one of the same size, strides and dtype (`buf25 = buf13; del buf13`, as
 Inductor's wrapper does), so that allocation does not happen at all.
 """
@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 
 from compiler.codegen.common import KernelSource
 from compiler.ir.nodes import Layout, TensorArg
-from compiler.runtime.support import HUGE_PAGE_MIN_BYTES
+from compiler.runtime.wrapper_calls import HUGE_PAGE_MIN_BYTES
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 
 
@@ -117,8 +117,9 @@ def wrapper_source(schedule: Schedule, kernels: dict[str, KernelSource], title: 
         "# a later buffer of the same size, strides and dtype.",
         "import torch",
         "",
-        "from compiler.runtime.support import empty_strided as empty_strided_advised",
-        "from compiler.runtime.support import ensure_layout, reinterpret, tensors",
+        "from compiler.runtime.wrapper_calls import empty_strided as empty_strided_advised",
+        "from compiler.runtime.wrapper_calls import ensure_layout, reinterpret",
+        "from compiler.support.results import tensors",
         "",
         "empty_strided = torch.empty_strided",
     ]

@@ -18,7 +18,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from compiler import config
-from compiler.backends.registry import BackendOptions, backend_options, current_options
+from compiler.backends.options import BackendOptions, backend_options, current_options
 from compiler.distributed.buckets import Bucket, BucketCaps, assign_buckets
 from compiler.records import (
     BucketRecord,
@@ -27,7 +27,7 @@ from compiler.records import (
     compiling_graph,
     current_graph,
 )
-from compiler.runtime.lazy_graphs import graph_code
+from compiler.support.lazy_graphs import graph_code
 
 Backend = Callable[[torch.fx.GraphModule, Sequence[Any]], Callable]
 

@@ -28,7 +28,7 @@ from compiler.ir.nodes import (
     address,
     iter_values,
 )
-from compiler.runtime.support import tensors
+from compiler.support.results import tensors
 
 OP_IMPLS = {
     "add": torch.add,

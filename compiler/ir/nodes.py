@@ -434,7 +434,7 @@ class ExternKernel:
     origins: tuple[str, ...] = ()
     aten: str = ""
     # Where each output sits in the op's result flattened with its Nones kept
-    # (compiler.runtime.support.flat_result): eager may return None where the meta function
+    # (compiler.support.results.flat_result): eager may return None where the meta function
     # returns an empty tensor (_native_multi_head_attention's weights without need_weights).
     positions: tuple[int, ...] = ()
 

@@ -1,4 +1,5 @@
-"""aten graph -> loop IR: the lowering driver, the `LOWERINGS` table and its helpers.
+"""aten graph -> loop IR: the lowering context, the `LOWERINGS` table and its helpers (the
+driver that fills the table and runs it is compiler/lowering/graph.py).
 
 Each aten node becomes a `TensorValue`: a size, a dtype and a *loader* (logical coordinates
 -> IR Value). Pointwise ops and reductions create IR nodes; views only wrap the loader with
@@ -45,7 +46,7 @@ from compiler.ir.nodes import (
     loads,
 )
 from compiler.ir.transform import bool_arithmetic
-from compiler.runtime.support import flat_result
+from compiler.support.results import flat_result
 
 Loader = Callable[[tuple], Value]
 
@@ -524,30 +525,6 @@ class LoweringContext:
 
 
 _CLONES = (torch.ops.aten.clone.default, torch.ops.aten.contiguous.default)
-
-
-def lower(
-    aot: AotGraph,
-    example_inputs: Sequence[torch.Tensor],
-    channels_last: bool = True,
-    welford: bool = False,
-    device: torch.device | None = None,
-) -> tuple[Graph, list[str]]:
-    """Lower the aten graph; returns the IR graph and notes (extern fallbacks).
-    `channels_last`: a graph with 2-d convolutions may lay its 4-d tensors out NHWC.
-    `welford`: variances become Welford reductions (the emitter must implement them).
-    `device`: the device its kernels run on (default: `graph_device` of the inputs)."""
-    # The rule modules register themselves on import.
-    from compiler.lowering import externs, indexing, pointwise, reductions, views  # noqa: F401
-
-    ctx = LoweringContext(aot)
-    ctx.allow_channels_last = channels_last
-    ctx.welford = welford
-    graph = ctx.run(example_inputs, device)
-    notes = list(dict.fromkeys(ctx.notes))
-    if ctx.mutated_inputs:
-        notes.append(f"inputs mutated in place: {', '.join(ctx.mutated_inputs)}")
-    return graph, notes
 
 
 # ---- small helpers shared by the rule modules -----------------------------------------------

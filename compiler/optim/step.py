@@ -36,8 +36,8 @@ from torch.optim.optimizer import _get_scalar_dtype
 from compiler import controls, records
 from compiler.optim.functional import FUNCTIONS, adam_step, sgd_step
 from compiler.optim.support import StepCall, why_eager
-from compiler.runtime import tensor_guards
-from compiler.runtime.static import is_static_address, mark_static_address
+from compiler.runtime import cpp_ext
+from compiler.support.static import is_static_address, mark_static_address
 
 if TYPE_CHECKING:
     from compiler.tracer.evaluator import CompileContext
@@ -203,7 +203,7 @@ def _group_grads(params: list, gp: _GroupPlan, device: torch.device) -> list | N
     parameters: ~3.5x faster), where no torch function mode is active (its hooks would see
     the reads) and for exact torch.Tensor and nn.Parameter only (it answers NotImplemented
     for anything else, and the checks run here)."""
-    group_grads = tensor_guards.group_grads_function()
+    group_grads = cpp_ext.group_grads_function()
     if group_grads is not None and not torch._C._is_torch_function_mode_enabled():
         grads = group_grads(params, gp.dtypes, device, gp.state_dicts, gp.state_lists)
         if grads is not NotImplemented:

@@ -83,7 +83,7 @@ def alias_safe(
     same memory, tensor by tensor, and that memory did not overlap then: it is not checked
     again. An optimizer step's ~300 inputs cost 20 µs so instead of 400 (CI-class CPU).
 
-    With the tensor_guards extension an `AliasGuard` gives the same answers in one call
+    With the C++ extension (cpp_ext.py) an `AliasGuard` gives the same answers in one call
     (~5x faster when the addresses changed, as gradients' do every step)."""
     if not mutated:
         return compiled
@@ -103,9 +103,9 @@ def alias_safe(
             return eager(*args)
 
         return overlapping
-    from compiler.runtime import tensor_guards
+    from compiler.runtime import cpp_ext
 
-    alias_guard = tensor_guards.alias_guard_class()
+    alias_guard = cpp_ext.alias_guard_class()
     check = alias_guard(tuple(mutated)) if alias_guard is not None else None
     safe: list[list[int] | None] = [None]
 

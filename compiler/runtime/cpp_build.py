@@ -143,7 +143,7 @@ def cache_dir() -> Path:
 
 def default_cache_dir() -> Path:
     """`cache_dir()` without $COMPILER_CACHE_DIR: where `make setup` builds the runtime's own
-    extension (runtime/tensor_guards.py), which a process with a cache folder of its own
+    extension (runtime/cpp_ext.py), which a process with a cache folder of its own
     still loads from there."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jupyter-compile"
     return base / "cpp"
@@ -215,45 +215,69 @@ def build(source: str, flags: Sequence[str] = FLAGS) -> Path:
 def compile_library(source: str, flags: Sequence[str], lib: Path) -> None:
     """Compile `source` into the library `lib` (its directory must exist), landing it and
     its sha256 sidecar atomically. Raises `CppCompileError` (after one warning) on failure."""
-    tool = toolchain()
     directory, key = lib.parent, lib.name.removesuffix(".so")
     # The source is kept next to the library (useful when reading a crash); it is written
     # atomically too, as its path is what the compiler records in the library's symbols.
     src = directory / f"{key}.cpp"
     _write_atomic(src, source.encode())
+    compile_files([src], flags, lib)
+
+
+def compile_files(sources: Sequence[Path], flags: Sequence[str], lib: Path) -> None:
+    """Compile the translation units `sources` into the one library `lib` (its directory
+    must exist), landing it and its sha256 sidecar atomically; several units are compiled
+    in parallel, then linked. Raises `CppCompileError` (after one warning) on failure."""
+    tool = toolchain()
+    directory, key = lib.parent, lib.name.removesuffix(".so")
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
     os.close(fd)
     tmp = Path(tmp_name)
-    command = [*tool.command, *flags, str(src), "-o", str(tmp)]
+    objects = [tmp.with_name(f"{tmp.name}.{k}.o") for k in range(len(sources))]
     try:
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            err = CompilerUnavailable(
-                f"C++ compiler {tool.display!r} could not be run ({exc}). "
-                "Graphs on CPU run eagerly.",
-                tool.display,
-                str(exc),
-            )
-            _warn_once(err, "unavailable")
-            raise err from None
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout)[-_STDERR_TAIL:]
-            err = CppCompileError(
-                f"C++ compiler {tool.display!r} failed (exit {proc.returncode}) on {src}:\n{tail}",
-                shlex.join(command),
-                tail,
-            )
-            _warn_once(err, f"failed:{key}")
-            raise err
+        if len(sources) == 1:
+            _run_compiler(tool, [*flags, str(sources[0]), "-o", str(tmp)], key, sources)
+        else:
+
+            def unit(k: int) -> None:
+                args = [*flags, "-c", str(sources[k]), "-o", str(objects[k])]
+                _run_compiler(tool, args, key, [sources[k]])
+
+            with ThreadPoolExecutor(max_workers=min(len(sources), os.cpu_count() or 1)) as pool:
+                list(pool.map(unit, range(len(sources))))
+            _run_compiler(tool, [*flags, *map(str, objects), "-o", str(tmp)], key, sources)
         digest = _file_sha256(tmp)
         # Library first, then its checksum: a reader between the two sees a mismatch and
         # rebuilds, which is wasted work but never a wrong load.
         os.replace(tmp, lib)
         _write_atomic(lib.with_suffix(".so.sha256"), digest.encode())
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        for path in (tmp, *objects):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _run_compiler(tool: Toolchain, args: list[str], key: str, sources: Sequence[Path]) -> None:
+    command = [*tool.command, *args]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        err = CompilerUnavailable(
+            f"C++ compiler {tool.display!r} could not be run ({exc}). Graphs on CPU run eagerly.",
+            tool.display,
+            str(exc),
+        )
+        _warn_once(err, "unavailable")
+        raise err from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout)[-_STDERR_TAIL:]
+        err = CppCompileError(
+            f"C++ compiler {tool.display!r} failed (exit {proc.returncode}) on "
+            f"{', '.join(map(str, sources))}:\n{tail}",
+            shlex.join(command),
+            tail,
+        )
+        _warn_once(err, f"failed:{key}")
+        raise err
 
 
 def load(source: str, flags: Sequence[str] = FLAGS) -> ctypes.CDLL:

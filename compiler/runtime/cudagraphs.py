@@ -1,7 +1,7 @@
 """mode="reduce-overhead": replay the wrapper as a CUDA graph.
 
 A captured graph reads its inputs from the addresses it was captured with. Parameters and
-module buffers (runtime/static.py) stay at one address from call to call, so the graph is
+module buffers (support/static.py) stay at one address from call to call, so the graph is
 captured on them directly and they are never copied; every other input is copied into a
 static buffer of the graph's own before each replay. Copying resnet18's 102 parameters
 every call cost more GPU time than its convolutions save from the launches.
@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from compiler.runtime import tensor_guards
+from compiler.runtime import cpp_ext
 from compiler.runtime.copies import clone_many, copy_many
-from compiler.runtime.static import is_static_address
+from compiler.support.static import is_static_address
 
 # Addresses of graph-owned memory handed out as internal outputs: a graph captured later
 # reads such an input in place instead of copying it into a buffer of its own. A stale
@@ -50,9 +50,9 @@ def is_handed_out(t: torch.Tensor) -> bool:
 
 def _moved(args: list, where: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
     """Some `args[i]` is not at its address (`where`: the positions, then the addresses):
-    one C++ call with the tensor_guards extension (~100 parameters before each replay)."""
+    one C++ call with the C++ extension (cpp_ext.py) (~100 parameters before each replay)."""
     positions, addresses = where
-    same_addresses = tensor_guards.same_addresses_function()
+    same_addresses = cpp_ext.same_addresses_function()
     if same_addresses is not None:
         same = same_addresses(args, positions, addresses)
         if same is not None:
@@ -213,7 +213,7 @@ class _HandedOut:
 
     @staticmethod
     def of(outputs: Sequence[Any], inputs: Sequence[Any]) -> "_HandedOut | None":
-        moves = tensor_guards.storage_moves()
+        moves = cpp_ext.storage_moves()
         if moves is None:
             return None
         taken = {a.untyped_storage().data_ptr() for a in inputs if isinstance(a, torch.Tensor)}

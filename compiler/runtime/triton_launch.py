@@ -11,14 +11,22 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from compiler.codegen.common import KernelSource
 from compiler.runtime.cache import cache_dir, load_module, source_key, write_atomic
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class KernelText(Protocol):
+    """What the runtime reads of a generated kernel (codegen's KernelSource has it): the
+    runtime names no codegen module, which sits above it."""
+
+    name: str
+    source: str
+    config: dict[str, Any]
 
 
 def candidate_configs(config: dict) -> list[dict]:
@@ -66,7 +74,7 @@ class TritonKernel:
     16-byte alignment, so the alignment of every buffer is part of the key: a view at an odd
     offset gets its own compiled kernel, never one that assumes aligned loads."""
 
-    def __init__(self, fn: Any, kernel: KernelSource, mode: str | None, key: str):
+    def __init__(self, fn: Any, kernel: KernelText, mode: str | None, key: str):
         self.fn = fn
         self.name = kernel.name
         self.meta = kernel.config
@@ -222,13 +230,13 @@ class TritonKernel:
         """The kernel compiled for these pointers (or found in our cache), loaded, and bound
         into a CudaLaunch; None, with `direct_off` saying why, when anything in that fails:
         Triton's runtime then compiles and launches it, and reports a real error itself."""
-        from compiler.runtime import tensor_guards, triton_binary
+        from compiler.runtime import cpp_ext, triton_binary
 
         try:
             binary = triton_binary.compile_binary(
                 self.fn, self.source, self.spec(args_dtypes, aligned)
             )
-            load, launch_type = tensor_guards.cuda_launch_api()
+            load, launch_type = cpp_ext.cuda_launch_api()
             device = torch.cuda.current_device()
             function, *_ = load(binary.cubin, binary.name, binary.shared, device)
             grid = self._grid(self.config)
@@ -334,15 +342,15 @@ def _target() -> tuple[str, int, int]:
 def direct_launch_off() -> str | None:
     """Why kernels cannot be launched through the C++ extension's CudaLaunch in this
     process, or None when they can."""
-    from compiler.runtime import tensor_guards, triton_binary
+    from compiler.runtime import cpp_ext, triton_binary
 
     if os.environ.get("COMPILER_TRITON_LAUNCHER") == "triton":
         return "COMPILER_TRITON_LAUNCHER=triton asks for Triton's runtime"
     why = triton_binary.launchable_here()
     if why is not None:
         return why
-    if tensor_guards.cuda_launch_api() is None:
-        return f"the C++ extension is not loaded ({tensor_guards.status()})"
+    if cpp_ext.cuda_launch_api() is None:
+        return f"the C++ extension is not loaded ({cpp_ext.status()})"
     if _launch_hooks() is None:
         return "Triton's launch hooks are not hook chains"
     return None
@@ -406,7 +414,7 @@ def _c_launch(run: Any) -> Callable | None:
     return launch if type(launch).__name__ == "builtin_function_or_method" else None
 
 
-def load_kernel(kernel: KernelSource, mode: str | None) -> TritonKernel:
+def load_kernel(kernel: KernelText, mode: str | None) -> TritonKernel:
     device = "interpreter" if INTERPRET else "cuda"
     module, _ = load_module(kernel.source, device)
     return TritonKernel(

@@ -58,10 +58,12 @@ class Unsupported(RuntimeError):
         reason: str,
         user_stack: list[SourceLine] | None = None,
         hint: BreakHint | None = None,
+        kind: str = "unsupported",
     ):
         self.reason = reason
         self.user_stack = user_stack or []
         self.hint = hint
+        self.kind = kind  # the break's key in hints.HINTS, for callers that name it (export)
         where = ""
         if self.user_stack:
             line = self.user_stack[-1]

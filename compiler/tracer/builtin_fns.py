@@ -95,7 +95,7 @@ def is_pure_builtin(fn: Any) -> bool:
 
 _TEXT_BUILTINS = {str, repr, format, hash, ascii}
 # Builtins that take one iterable and read its items.
-_ITERATING = {sum, max, min, all, any, sorted, frozenset}
+_ITERATING = {sum, max, min, all, any, sorted}
 
 
 def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -205,7 +205,7 @@ def _python_type(v: Var) -> type:
     if isinstance(v, DictVar):
         return v.cls
     if isinstance(v, SetVar):
-        return set
+        return v.cls
     if isinstance(v, (FunctionVar,)):
         return types.FunctionType
     if isinstance(v, MethodVar):

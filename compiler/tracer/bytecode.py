@@ -1,4 +1,4 @@
-"""Decoded bytecode for CPython 3.11 and 3.12, and what a code object needs from the tracer.
+"""Decoded bytecode for CPython 3.11 to 3.13, and what a code object needs from the tracer.
 
 Instructions are addressed by index into `Code.instructions` (caches skipped), never by
 byte offset, so the rest of the tracer is independent of the inline-cache layout. The
@@ -85,8 +85,7 @@ def decode(code: types.CodeType) -> Code:
     instructions: list[Instr] = []
     lineno = None
     for i, ins in enumerate(raw):
-        if ins.starts_line is not None:
-            lineno = ins.starts_line
+        lineno = _line_started(ins) or lineno
         target = None
         if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
             target = by_offset.get(ins.argval)
@@ -118,6 +117,17 @@ def decode(code: types.CodeType) -> Code:
     return decoded
 
 
+if PYTHON >= (3, 13):
+
+    def _line_started(ins: dis.Instruction) -> int | None:
+        return ins.line_number if ins.starts_line else None  # 3.13 made starts_line a flag
+
+else:
+
+    def _line_started(ins: dis.Instruction) -> int | None:
+        return ins.starts_line
+
+
 def _unsupported_reason(code: types.CodeType, instructions: list[Instr]) -> str | None:
     if code.co_flags & (0x80 | 0x100 | 0x200):  # coroutine, iterable coroutine, async generator
         return "coroutines are not traced; the function runs eagerly"
@@ -141,7 +151,7 @@ def is_jump(opname: str) -> bool:
 def _handlers(code: types.CodeType, by_offset: dict[int, int], count: int) -> list[Handler | None]:
     """The handler of each instruction, from `co_exceptiontable`.
 
-    The table's format is the same in 3.11 and 3.12 (CPython's InternalDocs on exception
+    The table's format is the same in 3.11, 3.12 and 3.13 (CPython's InternalDocs on exception
     handling, Objects/exception_handling_notes.txt in 3.11): a sequence of entries of four
     varints each, `start`, `length`, `target` (in 2-byte code units) and `depth << 1 | lasti`.
     A varint is big-endian in 6-bit groups; bit 6 of a byte says another group follows, and

@@ -21,7 +21,9 @@ from typing import Any, Callable
 from compiler.tracer import opcodes
 from compiler.tracer.bytecode import Code, Handler, Instr
 from compiler.tracer.opcodes import CONCRETE
-from compiler.tracer.opcodes.registry import Returned
+from compiler.tracer.opcodes.registry import PYTHON, Returned
+
+LOCALS_ARE_SNAPSHOTS = PYTHON >= (3, 13)  # PEP 667
 
 
 @dataclass
@@ -40,6 +42,7 @@ class RealFrame:
     handled: BaseException | None = None
     handling: int = 0
     unwinding: bool = False
+    locals_dict: dict | None = None  # what `locals()` returns before 3.13
 
     def values(self) -> dict[str, Any]:
         """`L` for guards and sources: locals, cell contents and stack slots by name."""
@@ -54,6 +57,31 @@ class RealFrame:
         for i, v in enumerate(self.stack):
             values[f"__stack{i}"] = v
         return values
+
+    def local_values(self) -> dict[str, Any]:
+        """What `locals()` returns in this frame: its bound locals and cells in the order of
+        CPython's frame. From 3.13 a new dict at each call (PEP 667); before, one dict per
+        frame, brought up to date at each call."""
+        code = self.code.code
+        names = (*code.co_varnames, *code.co_cellvars, *code.co_freevars)
+        values = {}
+        for name in names:
+            if name in self.locals:
+                values[name] = self.locals[name]
+            elif name in self.cells:
+                try:
+                    values[name] = self.cells[name].cell_contents
+                except ValueError:
+                    pass
+        if LOCALS_ARE_SNAPSHOTS:
+            return values
+        if self.locals_dict is None:
+            self.locals_dict = {}
+        for name in names:
+            if name not in values:
+                self.locals_dict.pop(name, None)
+        self.locals_dict.update(values)
+        return self.locals_dict
 
 
 CallReal = Callable[[Any, list, dict], Any]

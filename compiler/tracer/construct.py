@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.runtime import autocast
+from compiler.support import autocast
 from compiler.tracer import builtin_fns, calls, objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import is_simple_exception_class
@@ -147,7 +147,7 @@ def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """`torch.autocast(...)` (or torch.cuda.amp.autocast, ...) with constant arguments: the
     real object is made, which resolves them (the default dtype of the device, a device
     without autocast switched off with torch's own warning), and the block becomes state
-    changes in the graph (compiler/runtime/autocast.py)."""
+    changes in the graph (compiler/support/autocast.py)."""
     if not all(is_python_constant(v) for v in (*args, *kwargs.values())):
         raise Break("torch.autocast with traced arguments runs in Python")
     real = cls(

@@ -30,8 +30,8 @@ from compiler.records import (
     GraphRecord,
     SourceLine,
 )
-from compiler.runtime import autocast
-from compiler.runtime.gc_pause import gc_paused
+from compiler.support import autocast
+from compiler.support.gc_pause import gc_paused
 from compiler.tracer import concrete
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.bytecode import Code, decode
@@ -439,7 +439,9 @@ def _compile_entry(
     try:
         result, tracer = _trace(state, frame, L, policy)
         if result.kind == "break" and ctx.config.fullgraph:
-            raise Unsupported(result.reason, result.user_stack, hint_for(result.break_kind))
+            raise Unsupported(
+                result.reason, result.user_stack, hint_for(result.break_kind), result.break_kind
+            )
         entry = _build_entry(ctx, state, frame, L, result, tracer, recompile_reason, start)
     except Unsupported:
         raise

@@ -1,5 +1,5 @@
 """Which guard checks a call may skip because the module attributes they read cannot have
-changed: the plan for the C++ extension's `FrozenReads` (compiler/runtime/tensor_guards.cpp).
+changed: the plan for the C++ extension's `FrozenReads` (compiler/runtime/csrc/frozen_reads.h).
 
 A module's guard function mostly reads attributes and table entries of modules it pins by
 identity (`L_self is ___obj4`, then `L_self._modules['conv1']`, `L_self_conv1.padding_mode`)

@@ -90,7 +90,7 @@ def _unchanged(
     watched = [
         (v, v.version)
         for v in _reachable(inputs)
-        if isinstance(v, (ListVar, DictVar, NewObjectVar))
+        if isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar))
     ]
     return Inlined(name, tx.root_pc, tx.effect_count(), watched)
 

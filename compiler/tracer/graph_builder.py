@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from compiler.records import ControlRecord, SourceLine
-from compiler.runtime import autocast
+from compiler.support import autocast
 from compiler.tracer.breaks import Break
 from compiler.tracer.fake_mode import TracerFakeMode
 from compiler.tracer.guards import GuardSet

@@ -5,7 +5,7 @@ and `G` (the function's globals). An entry's guards are compiled once into a str
 function, one check per line, commented with the user line that caused it; a miss is then
 explained by evaluating the guards one by one.
 
-Where the C++ tensor guard extension is built (compiler/runtime/tensor_guards.py), a tensor's
+Where the C++ extension is built (compiler/runtime/cpp_ext.py), a tensor's
 metadata checks (exact type, dtype, device, shape, strides, requires_grad) stay in the
 function as comments marked [C++] and run in one call to a `TensorChecker` for many tensors,
 before anything else reads those tensors; without it every check is Python, as written.
@@ -380,15 +380,15 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     then, when `___frozenN()` answers, the rest of the per-call checks over the values it
     answers; otherwise every check, as without it, and `remember` at the end."""
     # imported here, not at the top: `import compiler` must not import it, so that
-    # `python -m compiler.runtime.tensor_guards build` runs the module once
-    from compiler.runtime import tensor_guards
+    # `python -m compiler.runtime.cpp_ext build` runs the module once
+    from compiler.runtime import cpp_ext
 
     plan = AccessPlan(
         [g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref
     )
     checks = _ordered_checks(guard_set, plan)
-    checker = tensor_guards.checker_class()
-    frozen_cls = tensor_guards.frozen_class()
+    checker = cpp_ext.checker_class()
+    frozen_cls = cpp_ext.frozen_class()
     in_cpp = _cpp_tensors(guard_set, plan) if checker is not None else {}
     lengths = _guarded_lengths(checks, guard_set.namespace)
     spread = _spread_lists(guard_set, checks, in_cpp, lengths)
@@ -400,7 +400,7 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     em = _Emitter(guard_set, in_cpp, checker, spread=spread)
     lines = [f"def {name}(L, G):"]
     if guard_set.tensors:
-        lines.append(f"    # tensor checks: {tensor_guards.status()}")
+        lines.append(f"    # tensor checks: {cpp_ext.status()}")
     lines.append("    try:")
     namespace = dict(guard_set.namespace)
     namespace["___lookups_changed"] = lookups.changed
@@ -551,12 +551,12 @@ class _Emitter:
         """The call that checks the pending tensors."""
         if not self.pending:
             return
-        from compiler.runtime import tensor_guards
+        from compiler.runtime import cpp_ext
 
         assert self.checker is not None
         ind, ref = self.indent, f"___tensors{len(self.checkers)}"
         specs = tuple(spec.as_tuple() for _, spec in self.pending.values())
-        self.checkers[ref] = self.checker(specs, tensor_guards.CHECKED_TYPES)
+        self.checkers[ref] = self.checker(specs, cpp_ext.CHECKED_TYPES)
         self.lines.append(
             f"{ind}# the {len(self.pending)} tensors marked [C++ {ref}] above: exact type, dtype,"
             " device, shape, strides, requires_grad"
@@ -659,11 +659,11 @@ def _cpp_tensors(guard_set: GuardSet, plan: AccessPlan) -> dict[str, str]:
     """The tensor sources whose metadata the C++ checker can check, each with the local of
     the guard function that holds it: an exact torch.Tensor or nn.Parameter (a subclass may
     answer attribute reads its own way) whose source the plan reads into a local."""
-    from compiler.runtime import tensor_guards
+    from compiler.runtime import cpp_ext
 
     found = {}
     for source, spec in guard_set.tensors.items():
-        if spec is None or spec.type not in tensor_guards.CHECKED_TYPES:
+        if spec is None or spec.type not in cpp_ext.CHECKED_TYPES:
             continue
         expr, needs = plan.rewrite(source, source)
         if any(n.name == expr for n in needs):

@@ -85,9 +85,9 @@ def class_lookups(cls: type, names: tuple[str, ...], instance: tuple[str, ...]) 
     """The C++ extension's `ClassLookups` for one module of class `cls`: each of `names`
     found on `cls` as it is now (or still not at all), none of `instance` in the module's
     `__dict__`; None where the tensor checks are not in C++ (then `ClassAttributes`)."""
-    from compiler.runtime import tensor_guards
+    from compiler.runtime import cpp_ext
 
-    make = tensor_guards.lookups_class()
+    make = cpp_ext.lookups_class()
     if make is None:
         return None
     found = {name: lookup(cls, name) for name in names}

@@ -171,7 +171,7 @@ def as_dict(tx: Tracer, v: Var) -> DictVar:
 
 # `a op= b` on an immutable `a` (a Python number) computes `a op b`: Python finds no in-place
 # method and falls back, so the result is a new value (a tensor, when b is one).
-_INPLACE_FALLBACK = {
+INPLACE_FALLBACK = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
     operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
     operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
@@ -182,12 +182,19 @@ _INPLACE_FALLBACK = {
 
 def binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
     a_ops, b_ops = ops_of(a), ops_of(b)
-    if a_ops.immutable and op in _INPLACE_FALLBACK:
-        op = _INPLACE_FALLBACK[op]
+    if a_ops.immutable and op in INPLACE_FALLBACK:
+        op = INPLACE_FALLBACK[op]
+    # a class's own operator methods: the left operand's, then the right's reflected one
+    first = [a_ops.binary if a_ops.own_operators else None]
+    first.append(b_ops.rbinary if b_ops.own_operators else None)
+    for handler in first:
+        out = handler(tx, op, a, b) if handler is not None else NotImplemented
+        if _handled(out):
+            return out
     graph = a_ops.operators or b_ops.operators  # a graph value on either side takes it
     if graph is not None:
         return graph(tx, op, a, b)
-    if a_ops.binary is not None:
+    if a_ops.binary is not None and not a_ops.own_operators:
         out = a_ops.binary(tx, op, a, b)
         if _handled(out):
             return out
@@ -207,15 +214,16 @@ def _equality(tx: Tracer, a: Var, b: Var, negate: bool) -> Var:
     for x, y in ((a, b), (b, a)):
         if negate:
             out = objects.call_dunder(tx, x, "__ne__", [y])
-            if objects.found(out) and not _not_implemented(out):
+            if objects.found(out) and not is_not_implemented(out):
                 return out
         out = objects.call_dunder(tx, x, "__eq__", [y])
-        if objects.found(out) and not _not_implemented(out):
+        if objects.found(out) and not is_not_implemented(out):
             return ConstVar(not truth(tx, out)) if negate else out
     return ConstVar(is_same(a, b) != negate)
 
 
-def _not_implemented(v: Var) -> bool:
+def is_not_implemented(v: Var) -> bool:
+    """A method's answer that it does not apply (`return NotImplemented`)."""
     return getattr(v, "value", None) is NotImplemented
 
 

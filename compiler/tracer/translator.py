@@ -32,6 +32,7 @@ from compiler.tracer.variables import (
     IteratorVar,
     ListVar,
     NewObjectVar,
+    SetVar,
     Var,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
@@ -163,7 +164,7 @@ class Tracer:
     def changed(self, v: Var | None = None) -> None:
         """Count a change of state: of the list, dict or object `v` built in the trace, or of
         state any code may see (None, or a list or dict from outside the graph)."""
-        if isinstance(v, (ListVar, DictVar, NewObjectVar)) and v.source is None:
+        if isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar)) and v.source is None:
             v.version += 1
             self.local_effects += 1
         else:

@@ -119,11 +119,20 @@ class DictVar(Var):
     cls: type = dict
     mutated: bool = False
     version: int = 0  # changes made in the trace (generators.py)
+    default: Var | None = None  # a defaultdict's default_factory (values/containers.py)
 
 
 @dataclass(eq=False)
 class SetVar(Var):
-    items: list[Var]  # constants only
+    """A set, a frozenset, or a dict's keys view (`cls`): its items in the order a real set of
+    them iterates (a keys view: its dict's order). values/sets.py keeps them so."""
+
+    items: list[Var]
+    source: str | None = None  # set when the set exists outside the trace
+    cls: type = set
+    mutated: bool = False  # an outside set changed during the trace: replayed after the graph
+    version: int = 0  # changes made in the trace (generators.py)
+    keys: Any = None  # the real set of the items' keys, changed as eager's (values/sets.py)
 
 
 @dataclass(eq=False)
@@ -262,7 +271,7 @@ class AutocastVar(Var):
 @dataclass(eq=False)
 class AutocastExitVar(Var):
     """The `__exit__` that BEFORE_WITH left on the stack for an autocast block: it switches
-    `device_type` back to `before` ((enabled, dtype, cache), compiler/runtime/autocast.py)."""
+    `device_type` back to `before` ((enabled, dtype, cache), compiler/support/autocast.py)."""
 
     device_type: str
     before: tuple
@@ -335,7 +344,8 @@ def as_python_constant(v: Var) -> Any:
     if isinstance(v, DictVar):
         return {k: as_python_constant(i) for k, i in v.items.items()}
     if isinstance(v, SetVar):
-        return {as_python_constant(i) for i in v.items}
+        items = {as_python_constant(i) for i in v.items}
+        return frozenset(items) if v.cls is frozenset else items
     if isinstance(v, SliceVar):
         return slice(
             as_python_constant(v.start), as_python_constant(v.stop), as_python_constant(v.step)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.runtime.autocast import DEVICE_TYPES, AutocastRestore
+from compiler.support.autocast import DEVICE_TYPES, AutocastRestore
 from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
@@ -21,6 +22,7 @@ from compiler.tracer.variables import (
     IteratorVar,
     ListVar,
     ObjVar,
+    SetVar,
     TupleVar,
     Var,
 )
@@ -79,6 +81,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         type(value) is list
         or type(value) is dict
         or (isinstance(value, dict) and _plain_mapping(value))
+        or _literal_set(value)
     ):
         known = tx.external_containers.get(id(value))
         if known is not None:
@@ -93,6 +96,13 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         tx.external_containers[id(value)] = var  # before the items: a list may contain itself
         var.items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return var
+    if _literal_set(value):
+        # guarded by its contents, which the trace reads and may change (replayed after)
+        guards.type_of(source, value, line)
+        guards.add("CONSTANT_MATCH", source, f"{source} == {value!r}", f"{source} == {value!r}", line)
+        var = SetVar([ConstVar(v) for v in value], source, cls=type(value), keys=set(value))
+        tx.external_containers[id(value)] = var
+        return var
     if is_constant_tuple(value) and is_attribute_source(source):
         guards.constant_tuple(source, value, line)
         return _constant_items(value, source)
@@ -104,6 +114,8 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         guards.dict_keys(source, value, line)
         var = DictVar({}, source, cls=type(value))
         tx.external_containers[id(value)] = var
+        if isinstance(value, collections.defaultdict):
+            var.default = wrap(tx, value.default_factory, f"{source}.default_factory")
         var.items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
         return var
     if isinstance(value, _ITERATOR_TYPES):
@@ -165,6 +177,15 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return ObjVar(value, source, identity=pin)
     guards.identity(source, value, line)
     return ObjVar(value, source)
+
+
+# The items of a set read from the frame that the trace takes in: those whose repr is Python
+# that makes them again, for the guard that compares the set.
+_SET_ITEM_TYPES = (int, str, bytes, bool, type(None))
+
+
+def _literal_set(value: Any) -> bool:
+    return type(value) in (set, frozenset) and all(type(v) in _SET_ITEM_TYPES for v in value)
 
 
 def _made_at_run_time(value: Any) -> bool:
@@ -257,6 +278,8 @@ def wrap_unguarded(value: Any) -> Var:
         return TupleVar([wrap_unguarded(v) for v in value])
     if type(value) is list:
         return ListVar([wrap_unguarded(v) for v in value])
+    if type(value) in (set, frozenset):
+        return SetVar([wrap_unguarded(v) for v in value], cls=type(value), keys=set(value))
     return ObjVar(value)
 
 

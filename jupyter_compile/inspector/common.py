@@ -84,7 +84,7 @@ def kernel_refs(report: CompiledReport | None) -> list[KernelRef]:
     return refs
 
 
-# Stages a backend times inside the tracer's "backend" stage (compiler/codegen/compile_fx.py,
+# Stages a backend times inside the tracer's "backend" stage (compiler/backends/inductor.py,
 # compiler/aot): shown on their own, with what is left of "backend" as "backend, other".
 _OUTER_STAGES = ("trace", "backend")
 

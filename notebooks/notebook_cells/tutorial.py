@@ -458,7 +458,8 @@ print(opt_model(generate_data(BATCH)[0]).shape)
 """),
     md("""
 Finally, `compiler.export` returns the single FX graph of a function (and its guards) for use
-elsewhere. Like `fullgraph=True`, it raises if the graph breaks.
+elsewhere. Like `fullgraph=True`, it raises if the graph breaks, naming the break and its kind.
+The exported module is called as the function is: same parameters, same result structure.
 """),
     code("""
 try:
@@ -472,6 +473,26 @@ graph_module, guards = compiler.export(model, data)
 torch.testing.assert_close(graph_module(data), model(data))
 print(graph_module(data).shape)
 print(f"{len(guards)} guards")
+"""),
+    md("""
+Non-tensor arguments are baked into the graph as constants, and the module checks them on
+every call; a tensor the function returns twice comes back as one object, and an input it
+returns comes back as that input.
+"""),
+    code("""
+def scale_and_split(x, parts, factor=2.0):
+    y = x * factor
+    return {"chunks": list(y.chunk(parts)), "input": x, "parts": parts}
+
+gm, _ = compiler.export(scale_and_split, torch.randn(6), 3)
+print(gm.code)
+x = torch.randn(6)
+out = gm(x, 3)
+print(out["input"] is x, [c.shape for c in out["chunks"]])
+try:
+    gm(x, 2)
+except ValueError as e:
+    print(e)
 """),
     md("""
 ## Verify mode: is the compiled result right?

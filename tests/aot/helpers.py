@@ -11,7 +11,7 @@ import torch
 import torch.fx
 
 import compiler
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import CompiledReport, GraphRecord, compiling_graph
 
 Batch = Callable[[], tuple]

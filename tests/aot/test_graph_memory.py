@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from compiler.aot import autograd
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 
 
 def f(x, w1, w2):

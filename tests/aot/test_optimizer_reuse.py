@@ -14,7 +14,7 @@ import torch
 
 from compiler.optim import step as optim_step
 from compiler.optim.functional import FUNCTIONS, adam_step
-from compiler.runtime import tensor_guards
+from compiler.runtime import cpp_ext
 from tests.aot.test_optimizers import OPTIMIZERS, train_both
 from tests.aot.test_training import _mlp
 
@@ -165,9 +165,9 @@ def checks(request, monkeypatch) -> str:
     """The per-parameter checks of `_reuse` in the extension (skipped where it is not
     built) or in Python."""
     if request.param == "python":
-        monkeypatch.setattr(tensor_guards, "group_grads_function", lambda: None)
-    elif tensor_guards.group_grads_function() is None:
-        pytest.skip(f"the tensor_guards extension is not loaded: {tensor_guards.status()}")
+        monkeypatch.setattr(cpp_ext, "group_grads_function", lambda: None)
+    elif cpp_ext.group_grads_function() is None:
+        pytest.skip(f"the C++ extension is not loaded: {cpp_ext.status()}")
     return request.param
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import config
-from compiler.codegen import compile_fx
+from compiler.backends import inductor
 from compiler.records import FunctionRecord
 from tests.aot.helpers import assert_state_close, seed_000_train
 from tests.aot.test_training import _mlp
@@ -176,7 +176,7 @@ def test_same_sized_parameters_share_one_compiled_update(monkeypatch):
     for m, share in ((shared_model, True), (alone_model, False)):
         if not share:
             monkeypatch.setattr(
-                compile_fx, "shared_kernels", lambda ks, _: {k.name: k.name for k in ks}
+                inductor, "shared_kernels", lambda ks, _: {k.name: k.name for k in ks}
             )
         opt = OPTIMIZERS["adam"](m)
         step = compiler.compile(lambda o: o.step())

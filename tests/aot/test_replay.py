@@ -9,20 +9,20 @@ import torch
 
 import compiler
 from compiler.aot import replay, trace
-from compiler.codegen import compile_fx
-from compiler.runtime.lazy_graphs import graph_code
+from compiler.backends import inductor
+from compiler.support.lazy_graphs import graph_code
 
 
 def _optimizer_graph(monkeypatch, opt_class, **options):
     """The FX graph of a compiled optimizer step on a small CNN, with its inputs."""
     seen = []
-    real = compile_fx.trace_forward
+    real = inductor.trace_forward
 
     def spy(gm, inputs, *args, **kwargs):
         seen.append((gm, list(inputs)))
         return real(gm, inputs, *args, **kwargs)
 
-    monkeypatch.setattr(compile_fx, "trace_forward", spy)
+    monkeypatch.setattr(inductor, "trace_forward", spy)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Conv2d(8, 8, 3),
         torch.nn.BatchNorm2d(8), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4),

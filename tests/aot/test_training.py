@@ -425,7 +425,7 @@ def test_channels_last_training_matches_eager(monkeypatch):
     """The NHWC training path (CUDA's): saved activations stay NHWC for the backward, whose
     convolutions take NHWC gradients; parameters' gradients keep eager's layout. Run here on
     the CPU by adding it to the devices that train channels-last."""
-    from compiler.codegen import compile_fx as compile_fx_module
+    from compiler.backends import inductor as compile_fx_module
 
     monkeypatch.setattr(compile_fx_module, "TRAINING_CHANNELS_LAST", frozenset({"cpu"}))
     model = _cnn()
@@ -448,7 +448,7 @@ def test_steps_after_the_first_read_no_input_metadata(monkeypatch):
     out by its forward. Reading every input's shape and strides again cost ~0.5 ms a
     resnet18 step (hundreds of inputs)."""
     from compiler.aot import training
-    from compiler.codegen import compile_fx as fx
+    from compiler.backends import inductor as fx
 
     model = _cnn()
     compiled = compiler.compile(lambda m, x: m(x).square().mean())

@@ -105,7 +105,7 @@ def test_backend_compiling_its_graph_again_gets_real_kernels():
 
 
 def test_wrapped_inductor_compiles_in_the_users_mode(monkeypatch):
-    from compiler.codegen import compile_fx as compile_fx_module
+    from compiler.backends import inductor as compile_fx_module
 
     modes = []
     real = compile_fx_module.compile_fx

@@ -10,9 +10,9 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from compiler.aot.trace import trace_forward
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.ir.interpret import run_graph
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.records import GraphRecord, compiling_graph
 
 

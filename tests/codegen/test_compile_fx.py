@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 from tests.codegen.helpers import compile_and_run, rand
 
@@ -149,7 +149,7 @@ def test_autograd_graphs_compile_a_backward():
 
 
 def test_internal_failure_falls_back_with_warning(monkeypatch):
-    import compiler.codegen.compile_fx as cfx
+    import compiler.backends.inductor as cfx
 
     def broken(graph, **kwargs):
         raise RuntimeError("scheduler exploded")
@@ -188,7 +188,7 @@ def test_debug_dir_dumps(tmp_path, monkeypatch):
 
 SECOND_PROCESS = """
 import torch
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 gm = torch.fx.symbolic_trace(lambda x, y: (torch.sin(x) + torch.cos(y),))
 x = torch.ones(8)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 from tests.codegen.helpers import check, compile_and_run
 

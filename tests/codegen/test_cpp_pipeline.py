@@ -20,7 +20,7 @@ import compiler.config as config
 from compiler.aot.trace import trace_forward
 from compiler.codegen.cpp import EMITTER
 from compiler.ir.nodes import TensorArg
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.scheduler.fusion import schedule
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 
 

@@ -23,7 +23,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import compiler
 from compiler.aot.trace import trace_forward
 from compiler.ir.nodes import Layout
-from compiler.lowering.core import LoweringError, graph_device, lower
+from compiler.lowering.core import LoweringError, graph_device
+from compiler.lowering.graph import lower
 from compiler.scheduler.fusion import MixedDevices, check_devices, schedule
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Step
 

@@ -19,9 +19,9 @@ import torch
 
 import compiler.config as config
 from compiler.aot.trace import trace_forward
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.ir.nodes import BOOL_FORMS, Op, Pointwise, Reduction, iter_values
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from tests.codegen.helpers import check, compile_and_run, to_graph
 
 INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import compiler
-from compiler.codegen import compile_fx as compile_fx_module
+from compiler.backends import inductor as compile_fx_module
 from compiler.codegen import cpp
 from compiler.records import CompilerWarning
 from compiler.runtime import cpp_build, triton_launch

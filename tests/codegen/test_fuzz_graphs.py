@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 from torch.utils._pytree import tree_flatten
 
 from compiler.aot.trace import trace_forward
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.ir.interpret import run_graph
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.records import GraphRecord, compiling_graph
 from compiler.runtime import aliasing
 from tests.codegen.helpers import check
@@ -332,7 +332,7 @@ _DIVISIONS = [
 ]
 _DIVIDE_BY_ZERO = """
 import torch
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 a, b = torch.tensor([5, 7, 9]), torch.tensor([2, 0, 3])
 for op in {ops!r}:
     gm = torch.fx.symbolic_trace(eval("lambda a, b: (" + op + ",)"))
@@ -445,3 +445,23 @@ def test_an_empty_dimension_next_to_a_mergeable_one_compiles():
         ["v6", "v5"],
     )
     assert check_program(program).fallback is None
+
+
+def test_a_constant_converted_to_another_dtype_is_valid_triton(monkeypatch):
+    """Found by test_fuzz_cuda: a cat of empty uint8 tensors converted to float32 folded to
+    the constant 0, written as `0.to(tl.float32)`, which is not Python (SyntaxError: the
+    graph ran eagerly). A converted literal is a 0-d tensor of its dtype first."""
+    monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    program = Program(
+        [InputSpec("a0", (0,), torch.uint8, "offset")],
+        [
+            "v1 = a0.expand((2, 0))",
+            "v2 = torch.cat([a0, a0 * 2], 0)",
+            "v3 = torch.cat([a0, a0 * 2], 0)",
+            "v4 = v3 | v1",
+            "v7 = v2.to(torch.float32)",
+        ],
+        ["v7", "v1", "v2", "v3", "v4"],
+    )
+    assert check_program(program).fallback is None
+

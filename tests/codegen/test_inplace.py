@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 
 
@@ -142,9 +142,9 @@ def test_kernel_parameters_are_the_warm_up_arguments(emitter):
     import re
 
     from compiler.aot.trace import trace_forward
-    from compiler.codegen.compile_fx import warm_up_dtypes
+    from compiler.backends.inductor import warm_up_dtypes
     from compiler.codegen.triton import kernel_source
-    from compiler.lowering.core import lower
+    from compiler.lowering.graph import lower
     from compiler.scheduler.fusion import schedule
 
     def fn(p, g, m):

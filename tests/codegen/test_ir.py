@@ -19,7 +19,7 @@ from compiler.ir.index import (
 from compiler.ir.interpret import run_graph
 from compiler.ir.nodes import Constant, Load, Op, iter_values, loads
 from compiler.ir.printer import format_graph, format_schedule
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.scheduler.fusion import schedule
 
 

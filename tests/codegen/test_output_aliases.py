@@ -16,7 +16,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 import compiler
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 
 

@@ -25,7 +25,7 @@ _GATHERS = {
 
 _CHILD = """
 import torch
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.records import GraphRecord, compiling_graph
 a = torch.randn(5, 3)
 good = torch.tensor([0, 4, 2])

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from compiler.aot.trace import trace_forward
 from compiler.ir.interpret import run_graph
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.scheduler import split
 from compiler.scheduler.fusion import inline, required_buffers, schedule
 from tests.codegen.helpers import DEVICE, check, rand, to_graph, triton_kernels

@@ -15,7 +15,7 @@ from compiler.aot.trace import trace_forward
 from compiler.ir.interpret import run_graph
 from compiler.ir.nodes import Reduction
 from compiler.ir.printer import format_graph
-from compiler.lowering.core import lower
+from compiler.lowering.graph import lower
 from compiler.scheduler import split
 from compiler.scheduler.fusion import inline, required_buffers
 from tests.codegen.helpers import DEVICE, check, compile_and_run, rand, to_graph, triton_kernels

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler.codegen.compile_fx import compile_fx
+from compiler.backends.inductor import compile_fx
 from compiler.codegen.wrapper import plan_reuse
 from compiler.ir.nodes import ExternKernel, InputBuffer, Layout, TensorArg
 from compiler.records import GraphRecord, compiling_graph

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import compiler
-from compiler.codegen import compile_fx as compile_fx_module
+from compiler.backends import inductor as compile_fx_module
 from tests.jupyter.conftest import run
 
 

@@ -59,10 +59,10 @@ def test_alias_guard_leaves_subclasses_to_python(extension):
 
 @pytest.mark.parametrize("with_extension", [True, False])
 def test_alias_safe_runs_aliased_calls_eagerly(monkeypatch, extension, with_extension):
-    from compiler.runtime import tensor_guards
+    from compiler.runtime import cpp_ext
 
     monkeypatch.setattr(
-        tensor_guards, "alias_guard_class", lambda: extension.AliasGuard if with_extension else None
+        cpp_ext, "alias_guard_class", lambda: extension.AliasGuard if with_extension else None
     )
     calls = []
     run = aliasing.alias_safe(

@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from compiler.runtime import cudagraphs, tensor_guards
+from compiler.runtime import cpp_ext, cudagraphs
 
 
 @pytest.mark.parametrize("with_extension", [True, False])
 def test_moved_inputs(monkeypatch, extension, with_extension):
     monkeypatch.setattr(
-        tensor_guards,
+        cpp_ext,
         "same_addresses_function",
         lambda: extension.same_addresses if with_extension else None,
     )

@@ -1,4 +1,4 @@
-"""compiler/runtime/gc_pause.py: the cyclic garbage collector is off while a function
+"""compiler/support/gc_pause.py: the cyclic garbage collector is off while a function
 compiles (its passes over the compile's live objects found nothing and cost a sixth of a
 resnet18 training step's first call) and as the user left it afterwards."""
 

@@ -10,11 +10,9 @@ import gc
 import pytest
 import torch
 
-from compiler.runtime import cudagraphs, tensor_guards
+from compiler.runtime import cpp_ext, cudagraphs
 
-pytestmark = pytest.mark.skipif(
-    tensor_guards.storage_moves() is None, reason="needs the tensor_guards extension"
-)
+pytestmark = pytest.mark.skipif(cpp_ext.storage_moves() is None, reason="needs the C++ extension")
 
 
 class _Backward(torch.autograd.Function):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from compiler.runtime import cpp_build, tensor_guards
+from compiler.runtime import cpp_build, cpp_ext
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.mktemp("tensor-guards-cache")))
         try:
-            lib = tensor_guards.build()
+            lib = cpp_ext.build()
         except cpp_build.CppCompileError as e:
             pytest.skip(f"the tensor guard extension cannot be built here: {e}")
         yield lib
@@ -25,7 +25,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture
 def Checker(cache):
-    return tensor_guards.load_library(cache).TensorChecker
+    return cpp_ext.load_library(cache).TensorChecker
 
 
 def spec_of(t: torch.Tensor, shape: bool = True) -> tuple:
@@ -41,7 +41,7 @@ def spec_of(t: torch.Tensor, shape: bool = True) -> tuple:
 
 
 def checker_for(Checker, *tensors, shape: bool = True):
-    return Checker(tuple(spec_of(t, shape) for t in tensors), tensor_guards.CHECKED_TYPES)
+    return Checker(tuple(spec_of(t, shape) for t in tensors), cpp_ext.CHECKED_TYPES)
 
 
 def test_matching_tensors_pass(Checker):
@@ -100,7 +100,7 @@ def test_without_shape_only_type_dtype_device_and_grad_are_checked(Checker):
 
 def test_cpu_is_any_cpu_index_as_is_cpu(Checker):
     spec = (torch.Tensor, torch.float32, torch.device("cpu", 0), (2,), (1,), False)
-    assert Checker((spec,), tensor_guards.CHECKED_TYPES)(torch.randn(2))
+    assert Checker((spec,), cpp_ext.CHECKED_TYPES)(torch.randn(2))
 
 
 def test_misuse_raises(Checker):
@@ -113,12 +113,12 @@ def test_misuse_raises(Checker):
     with pytest.raises(TypeError, match="torch.Tensor and nn.Parameter only"):
         Checker(
             ((sub, torch.float32, torch.device("cpu"), None, None, False),),
-            tensor_guards.CHECKED_TYPES,
+            cpp_ext.CHECKED_TYPES,
         )
     with pytest.raises(TypeError):
         Checker(
             ((torch.Tensor, "float32", torch.device("cpu"), None, None, False),),
-            tensor_guards.CHECKED_TYPES,
+            cpp_ext.CHECKED_TYPES,
         )
 
 
@@ -129,7 +129,7 @@ def test_library_is_keyed_by_torch_python_and_source(cache):
     mtime = cache.stat().st_mtime_ns
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COMPILER_CACHE_DIR", str(cache.parent.parent.parent))
-        assert tensor_guards.build() == cache  # a cache hit: not compiled again
+        assert cpp_ext.build() == cache  # a cache hit: not compiled again
     assert cache.stat().st_mtime_ns == mtime
 
 
@@ -138,35 +138,35 @@ def test_damaged_or_missing_library_means_python_guards(cache, tmp_path, monkeyp
     damaged.write_bytes(cache.read_bytes()[:1000])
     (tmp_path / (cache.name + ".sha256")).write_text(cache.with_suffix(".so.sha256").read_text())
     with pytest.raises(ImportError, match="sha256"):
-        tensor_guards.load_library(damaged)
+        cpp_ext.load_library(damaged)
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "empty"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-default"))
-    monkeypatch.setattr(tensor_guards, "_module", None)
-    monkeypatch.setattr(tensor_guards, "_status", None)
-    assert tensor_guards.checker_class() is None
-    assert tensor_guards.status().startswith("Python (the C++ tensor_guards extension is not used")
-    assert "is not built" in tensor_guards.status()
+    monkeypatch.setattr(cpp_ext, "_module", None)
+    monkeypatch.setattr(cpp_ext, "_status", None)
+    assert cpp_ext.checker_class() is None
+    assert cpp_ext.status().startswith("Python (the C++ extension is not used")
+    assert "is not built" in cpp_ext.status()
 
 
 def test_a_cache_folder_without_the_library_loads_the_default_caches(cache, tmp_path, monkeypatch):
     # A benchmark's or a notebook's own $COMPILER_CACHE_DIR must not turn the C++ guards
     # `make setup` built (in the default cache) into Python guards.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    default = tensor_guards.library_path(cpp_build.default_cache_dir())
-    assert default.parent == tmp_path / "xdg" / "jupyter-compile" / "cpp" / "tensor_guards"
+    default = cpp_ext.library_path(cpp_build.default_cache_dir())
+    assert default.parent == tmp_path / "xdg" / "jupyter-compile" / "cpp" / "cpp_ext"
     default.parent.mkdir(parents=True)
     for suffix in ("", ".sha256"):
         (default.parent / (cache.name + suffix)).write_bytes(
             (cache.parent / (cache.name + suffix)).read_bytes()
         )
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "fresh"))
-    assert tensor_guards._library_to_load() == default
-    tensor_guards.load_library(default)  # valid: the sidecar matches
+    assert cpp_ext._library_to_load() == default
+    cpp_ext.load_library(default)  # valid: the sidecar matches
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(cache.parent.parent.parent))
-    assert tensor_guards._library_to_load() == cache  # the cache in use comes first
+    assert cpp_ext._library_to_load() == cache  # the cache in use comes first
 
 
 def test_build_command(cache, monkeypatch, capsys):
     monkeypatch.setenv("COMPILER_CACHE_DIR", str(cache.parent.parent.parent))
-    assert tensor_guards.main(["build"]) == 0
+    assert cpp_ext.main(["build"]) == 0
     assert str(cache) in capsys.readouterr().out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.runtime import compile_workers, tensor_guards, triton_binary
+from compiler.runtime import compile_workers, cpp_ext, triton_binary
 from tests.runtime.test_compile_workers import _spec
 
 # test_compile_workers' kernel without our helpers module: imported here, in the test's own
@@ -189,9 +189,9 @@ def test_a_failing_compile_in_the_parent_is_reported_for_that_request(kernel):
 
 
 def test_the_launcher_needs_a_cuda_driver_and_says_so():
-    api = tensor_guards.cuda_launch_api()
+    api = cpp_ext.cuda_launch_api()
     if api is None:
-        pytest.skip(f"the C++ extension is not built: {tensor_guards.status()}")
+        pytest.skip(f"the C++ extension is not built: {cpp_ext.status()}")
     load, launch_type = api
     try:
         import ctypes

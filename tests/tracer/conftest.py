@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import compiler
-from compiler.runtime import cpp_build, tensor_guards
+from compiler.runtime import cpp_build, cpp_ext
 
 
 @pytest.fixture(autouse=True)
@@ -21,10 +21,10 @@ def tensor_guard_module(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COMPILER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tensor-guards"))
         try:
-            lib = tensor_guards.build()
+            lib = cpp_ext.build()
         except cpp_build.CppCompileError as e:
             pytest.skip(f"the tensor guard extension cannot be built here: {e}")
-        return tensor_guards.load_library(lib)
+        return cpp_ext.load_library(lib)
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +40,8 @@ def guard_path(request, monkeypatch):
     module = request.getfixturevalue("tensor_guard_module") if request.param == "cpp" else None
     checker = module.TensorChecker if module is not None else None
     frozen = module.FrozenReads if module is not None and module.DICT_VERSIONS else None
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: checker)
-    monkeypatch.setattr(tensor_guards, "frozen_class", lambda: frozen)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: checker)
+    monkeypatch.setattr(cpp_ext, "frozen_class", lambda: frozen)
     lookups = module.ClassLookups if module is not None else None
-    monkeypatch.setattr(tensor_guards, "lookups_class", lambda: lookups)
+    monkeypatch.setattr(cpp_ext, "lookups_class", lambda: lookups)
     return request.param

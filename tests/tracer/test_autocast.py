@@ -1,4 +1,4 @@
-"""`with torch.autocast(...)` blocks traced into the graph (compiler/runtime/autocast.py): one
+"""`with torch.autocast(...)` blocks traced into the graph (compiler/support/autocast.py): one
 graph where eager would run one region, the same dtypes and values as eager, graph breaks
 inside a block resumed under autocast without recompiling, and the autocast state after
 the call (or an exception out of it) as eager leaves it."""

@@ -1,4 +1,4 @@
-"""Tensor guards under change, with the tensor checks in C++ (compiler/runtime/tensor_guards)
+"""Tensor guards under change, with the tensor checks in C++ (compiler/runtime/cpp_ext.py)
 and in Python: every changed tensor property recompiles (or runs eagerly), never reuses a
 stale entry, and the recompile reasons are the same both ways.
 
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import compiler
-from compiler.runtime import tensor_guards
+from compiler.runtime import cpp_ext
 from compiler.tracer.guards import GuardSet, compile_guards
 
 from .helpers import RecordingBackend, assert_same, assert_same_exception, run
@@ -189,14 +189,14 @@ def test_changed_tensor_is_never_a_stale_hit(guard_path, name):
 def test_recompile_reasons_are_the_same_both_ways(tensor_checker, monkeypatch, name):
     found = {}
     for path, checker in (("cpp", tensor_checker), ("python", None)):
-        monkeypatch.setattr(tensor_guards, "checker_class", lambda checker=checker: checker)
+        monkeypatch.setattr(cpp_ext, "checker_class", lambda checker=checker: checker)
         compiler.reset()
         found[path] = run_scenario(name)
     assert found["cpp"] == found["python"]
 
 
 def test_cpp_path_is_used_for_parameters_and_inputs(tensor_checker, monkeypatch):
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: tensor_checker)
     cmod = compiler.compile(Affine(), backend=RecordingBackend())
     cmod(torch.randn(3, 4))
     (entry,) = compiler.inspect(cmod).functions[0].entries
@@ -219,7 +219,7 @@ def guard_function(tensors: dict, extra=()):
 def test_subclass_tensors_stay_in_python(tensor_checker, monkeypatch):
     """The tracer breaks on a tensor subclass, so only its type is guarded; were it traced,
     its metadata would be read in Python (its attributes may be its own)."""
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: tensor_checker)
     x, y = torch.randn(3).as_subclass(Plain), torch.randn(3)
     guards = guard_function({"x": x, "y": y})
     assert "if not (type(L_x) is " in guards.source and "if not (L_x.dtype is " in guards.source
@@ -232,7 +232,7 @@ def test_subclass_tensors_stay_in_python(tensor_checker, monkeypatch):
 def test_a_read_from_a_tensor_waits_for_its_cpp_check(tensor_checker, monkeypatch):
     """A Python guard that reads a tensor (`.grad`, `.size(0)`) runs after the C++ call that
     checks the tensor's type: the read never reaches an object of another kind."""
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: tensor_checker)
     x, y = torch.randn(3), torch.randn(2)
     guards = guard_function({"x": x, "y": y}, [("TENSOR_MATCH", "L['x']", "L['x'].size(0) == 3")])
     source = guards.source
@@ -249,7 +249,7 @@ def test_a_read_from_a_tensor_waits_for_its_cpp_check(tensor_checker, monkeypatc
 def test_dynamic_shapes_check_the_type_in_cpp_before_reading_sizes(tensor_checker, monkeypatch):
     """A tensor with symbolic sizes keeps its size guards in Python; its C++ call comes first,
     so `.size(0)` is only read from a tensor of the traced type."""
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: tensor_checker)
     cf = compiler.compile(scale, backend=RecordingBackend(), dynamic=True)
     for n in (3, 5, 7):
         call_both(scale, cf, torch.randn(n), torch.randn(n))
@@ -294,7 +294,7 @@ def _changed_lists(xs: list) -> dict:
 def test_a_list_of_tensors_is_checked_as_a_whole(tensor_checker, monkeypatch):
     """A list whose elements only the C++ checker reads goes to it as `*L_xs` (no local per
     element), and every change to the list or to one of its tensors still fails the guard."""
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: tensor_checker)
     xs = [torch.randn(2, 3), torch.randn(5, requires_grad=True), torch.randn(3)]
     guards = list_guards(xs)
     assert "        *L_xs,\n" in guards.source
@@ -308,7 +308,7 @@ def test_a_list_of_tensors_is_checked_as_a_whole(tensor_checker, monkeypatch):
 def test_a_list_element_read_elsewhere_keeps_its_local(tensor_checker, monkeypatch):
     """Where a Python check reads one of the tensors, the list is passed element by element:
     the element's local is defined and checked in C++ before that read."""
-    monkeypatch.setattr(tensor_guards, "checker_class", lambda: tensor_checker)
+    monkeypatch.setattr(cpp_ext, "checker_class", lambda: tensor_checker)
     xs = [torch.randn(3), torch.randn(4)]
     guards = list_guards(xs, [("TENSOR_MATCH", "L['xs'][1]", "L['xs'][1].size(0) == 4")])
     assert "*L_xs" not in guards.source and "L_xs_1 = L_xs[1]" in guards.source

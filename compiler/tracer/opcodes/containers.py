@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from compiler.tracer import calls
 from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break
 from compiler.tracer.opcodes.registry import opcode
+from compiler.tracer.values import sets
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
     ListVar,
-    SetVar,
     SliceVar,
     TupleVar,
     as_python_constant,
-    is_python_constant,
 )
 
 
@@ -46,10 +46,7 @@ class BuildList:
 @opcode("BUILD_SET")
 class BuildSet:
     def traced(tx, frame, ins):
-        items = tx.popn(frame, ins.arg)
-        if not all(is_python_constant(i) for i in items):
-            raise Break("a set of tensors")
-        tx.push(frame, SetVar(items))
+        tx.push(frame, sets.make(tx.popn(frame, ins.arg)))
 
     def concrete(f, ins, call_real):
         f.stack.append(set(_pop_real(f, ins.arg)))
@@ -146,10 +143,7 @@ class ListExtend:
 class SetAdd:
     def traced(tx, frame, ins):
         v = tx.pop(frame)
-        target = frame.stack[-ins.arg]
-        if not isinstance(target, SetVar) or not is_python_constant(v):
-            raise Break("set of non-constants")
-        target.items.append(v)
+        calls.call_method(tx, frame.stack[-ins.arg], "add", [v], {})
 
     concrete = _add_to(set.add)
 
@@ -158,10 +152,7 @@ class SetAdd:
 class SetUpdate:
     def traced(tx, frame, ins):
         v = tx.pop(frame)
-        target = frame.stack[-ins.arg]
-        if not isinstance(target, SetVar):
-            raise Break("set update")
-        target.items.extend(ops.unpack_iterable(tx, v))
+        calls.call_method(tx, frame.stack[-ins.arg], "update", [v], {})
 
     concrete = _add_to(set.update)
 

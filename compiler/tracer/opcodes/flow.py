@@ -2,7 +2,13 @@
 
 How a loop ends differs by version: 3.11's FOR_ITER pops the exhausted iterator and jumps
 past the loop; from 3.12 it jumps to END_FOR, modelled here as pushing a NULL that END_FOR
-pops with the iterator (CPython skips END_FOR instead, to the same effect).
+pops with the iterator (CPython skips END_FOR instead, to the same effect). In 3.13 END_FOR
+pops one item and a POP_TOP after it the other.
+
+From 3.13 a jump on a value's truth is preceded by TO_BOOL (or by a COMPARE_OP whose
+argument asks for a bool). The jumps here take the truth of whatever they pop, so TO_BOOL
+leaves a traced value as it is: a tensor's truth is then taken, or breaks the graph, at the
+jump, as on 3.11 and 3.12.
 """
 
 from __future__ import annotations
@@ -75,13 +81,31 @@ class ForIter:
             f.pc = ins.jump_index
 
 
-@opcode("END_FOR", since=(3, 12))
-class EndFor:
+@opcode("END_FOR", since=(3, 12), until=(3, 13))
+class EndFor312:
     def traced(tx, frame, ins):
         del frame.stack[-2:]
 
     def concrete(f, ins, call_real):
         del f.stack[-2:]
+
+
+@opcode("END_FOR", since=(3, 13))
+class EndFor:
+    def traced(tx, frame, ins):
+        frame.stack.pop()
+
+    def concrete(f, ins, call_real):
+        f.stack.pop()
+
+
+@opcode("TO_BOOL", since=(3, 13))
+class ToBool:
+    def traced(tx, frame, ins):
+        pass  # the jump or UNARY_NOT that follows takes the truth
+
+    def concrete(f, ins, call_real):
+        f.stack.append(bool(f.stack.pop()))
 
 
 # ---- jumps ----------------------------------------------------------------------------------

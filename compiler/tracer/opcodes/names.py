@@ -13,6 +13,8 @@ from compiler.tracer.wrap import wrap
 
 def load_fast(tx, frame, name: str) -> Var:
     if name not in frame.locals:
+        if name in frame.cells:  # 3.13 loads a cell for a closure with LOAD_FAST
+            return frame.cells[name]
         raise Break(f"local variable {name!r} referenced before assignment")
     v = frame.locals[name]
     resolved = tx.resolve(v)
@@ -23,6 +25,8 @@ def load_fast(tx, frame, name: str) -> Var:
 
 def real_local(f, name: str):
     if name not in f.locals:
+        if name in f.cells:  # 3.13 loads a cell for a closure with LOAD_FAST
+            return f.cells[name]
         raise UnboundLocalError(
             f"cannot access local variable {name!r} where it is not associated with a value"
         )
@@ -45,6 +49,47 @@ class LoadFast:
 
     def concrete(f, ins, call_real):
         f.stack.append(real_local(f, ins.argval))
+
+
+@opcode("LOAD_FAST_LOAD_FAST", since=(3, 13))
+class LoadFastLoadFast:
+    """Two LOAD_FASTs in one instruction: its argument's value is the pair of names."""
+
+    def traced(tx, frame, ins):
+        first, second = ins.argval
+        frame.stack.extend([load_fast(tx, frame, first), load_fast(tx, frame, second)])
+
+    def concrete(f, ins, call_real):
+        first, second = ins.argval
+        f.stack.extend([real_local(f, first), real_local(f, second)])
+
+
+@opcode("STORE_FAST_LOAD_FAST", since=(3, 13))
+class StoreFastLoadFast:
+    def traced(tx, frame, ins):
+        stored, loaded = ins.argval
+        store_fast(frame, stored, frame.stack.pop())
+        tx.push(frame, load_fast(tx, frame, loaded))
+
+    def concrete(f, ins, call_real):
+        stored, loaded = ins.argval
+        store_fast(f, stored, f.stack.pop())
+        f.stack.append(real_local(f, loaded))
+
+
+@opcode("STORE_FAST_STORE_FAST", since=(3, 13))
+class StoreFastStoreFast:
+    """Stores the top of the stack in the first name, the item below it in the second."""
+
+    def traced(tx, frame, ins):
+        first, second = ins.argval
+        store_fast(frame, first, frame.stack.pop())
+        store_fast(frame, second, frame.stack.pop())
+
+    def concrete(f, ins, call_real):
+        first, second = ins.argval
+        store_fast(f, first, f.stack.pop())
+        store_fast(f, second, f.stack.pop())
 
 
 @opcode("LOAD_FAST_AND_CLEAR", since=(3, 12))

@@ -179,7 +179,7 @@ class BeforeWith:
                 raise Break("`with torch.autocast(...) as name` runs in Python")
             frame.stack.pop()
             before = tx.builder.autocast[ctx.device_type]
-            # the weight-cast cache stays off inside (compiler/runtime/autocast.py)
+            # the weight-cast cache stays off inside (compiler/support/autocast.py)
             tx.builder.set_autocast(ctx.device_type, (ctx.enabled, ctx.dtype, False))
             tx.push(frame, AutocastExitVar(ctx.device_type, before))
             tx.push(frame, ConstVar(None))

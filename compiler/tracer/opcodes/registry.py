@@ -28,7 +28,7 @@ from typing import Any, Callable
 Version = tuple[int, int]
 PYTHON: Version = sys.version_info[:2]
 OLDEST: Version = (3, 11)  # the Pythons whose bytecode the tracer decodes
-NEWEST: Version = (3, 12)
+NEWEST: Version = (3, 13)
 
 
 @dataclass(frozen=True)

@@ -51,3 +51,36 @@ class FormatValue:
         flags = ins.arg or 0
         spec = f.stack.pop() if flags & 0x04 else ""
         f.stack.append(format(_convert(f.stack.pop(), flags & 0x03), spec))
+
+
+@opcode("CONVERT_VALUE", since=(3, 13))
+class ConvertValue:
+    """From 3.13 `!s`, `!r` and `!a` are an opcode of their own, before the formatting."""
+
+    def traced(tx, frame, ins):
+        tx.push(frame, ConstVar(_convert(_formatted(tx.pop(frame)), ins.arg)))
+
+    def concrete(f, ins, call_real):
+        f.stack.append(_convert(f.stack.pop(), ins.arg))
+
+
+@opcode("FORMAT_SIMPLE", since=(3, 13))
+class FormatSimple:
+    def traced(tx, frame, ins):
+        tx.push(frame, ConstVar(format(_formatted(tx.pop(frame)), "")))
+
+    def concrete(f, ins, call_real):
+        f.stack.append(format(f.stack.pop(), ""))
+
+
+@opcode("FORMAT_WITH_SPEC", since=(3, 13))
+class FormatWithSpec:
+    """The format spec lies on top of the value."""
+
+    def traced(tx, frame, ins):
+        spec = as_python_constant(tx.pop(frame))
+        tx.push(frame, ConstVar(format(_formatted(tx.pop(frame)), spec)))
+
+    def concrete(f, ins, call_real):
+        spec = f.stack.pop()
+        f.stack.append(format(f.stack.pop(), spec))

@@ -4,14 +4,15 @@ on the real one after the graph runs (`replay`)."""
 
 from __future__ import annotations
 
+import collections
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
-from compiler.tracer import builtin_fns, objects, operations
+from compiler.tracer import builtin_fns, calls, objects, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.values.numbers import SIMPLE_LITERALS
-from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, ops_of
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -33,6 +34,8 @@ from compiler.tracer.variables import (
 if TYPE_CHECKING:
     from compiler.tracer.reconstruct import Emitter
     from compiler.tracer.translator import Tracer
+
+KEYS_VIEW = type({}.keys())
 
 # A tuple of a class other than tuple, from its items, by the class's kind (tuple_kind): a
 # namedtuple takes them as arguments; torch.Size, a structseq (torch.return_types.sort, ...)
@@ -216,8 +219,18 @@ def _dict_get(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -
 def _dict_getitem_method(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     key = operations.dict_key(args[0])
     if key not in d.items:
-        raise Raised(ExceptionVar(KeyError, [args[0]]))
+        return _missing(tx, d, key, args[0])
     return d.items[key]
+
+
+def _missing(tx: Tracer, d: DictVar, key: Any, index: Var) -> Var:
+    """`d[key]` for a key `d` lacks: KeyError, or for a defaultdict with a default_factory,
+    a new value from it, stored under the key (dict.__missing__ as defaultdict writes it)."""
+    if d.default is None or (isinstance(d.default, ConstVar) and d.default.value is None):
+        raise Raised(ExceptionVar(KeyError, [index]))
+    value = calls.call(tx, d.default, [], {})
+    operations.mutable_dict(tx, d).items[key] = value
+    return value
 
 
 def _dict_change(change: Callable[[Tracer, dict, list[Var], dict[str, Var]], Any]) -> Method:
@@ -264,11 +277,11 @@ DICT_METHODS: dict[str, Method] = {
         [TupleVar([ConstVar(k), v]) for k, v in d.items.items()]
     ),
     # a keys view compares and combines as a set, and iterates in insertion order
-    "keys": lambda tx, d, args, kwargs: SetVar([ConstVar(k) for k in d.items]),
+    "keys": lambda tx, d, args, kwargs: SetVar([ConstVar(k) for k in d.items], cls=KEYS_VIEW),
     "__iter__": lambda tx, d, args, kwargs: IteratorVar([ConstVar(k) for k in d.items], seq=d),
     "values": lambda tx, d, args, kwargs: ListVar(list(d.items.values())),
     "get": _dict_get,
-    "copy": lambda tx, d, args, kwargs: DictVar(dict(d.items), cls=d.cls),
+    "copy": lambda tx, d, args, kwargs: DictVar(dict(d.items), cls=d.cls, default=d.default),
     "__getitem__": _dict_getitem_method,
     "__contains__": lambda tx, d, args, kwargs: ConstVar(operations.dict_key(args[0]) in d.items),
     "__len__": lambda tx, d, args, kwargs: ConstVar(len(d.items)),
@@ -291,6 +304,8 @@ def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict
 
 
 def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
+    if name == "default_factory" and d.default is not None:
+        return d.default
     if d.cls is not dict:
         method = objects.python_method(d.cls, name)  # a dict subclass's own method
         if method is not None:
@@ -301,7 +316,7 @@ def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
 def _dict_getitem(tx: Tracer, d: DictVar, index: Var) -> Var:
     key = operations.const_index(index)
     if key not in d.items:
-        raise Raised(ExceptionVar(KeyError, [index]))
+        return _missing(tx, d, key, index)
     return d.items[key]
 
 
@@ -341,6 +356,8 @@ def _dict_rebuild(em: Emitter, d: DictVar) -> str:
     )
     if d.cls is dict:
         return "{" + inner + "}"
+    if d.default is not None:
+        return f"{em.ref(d.cls, 'cls')}({em.expr(d.default)}, {{{inner}}})"
     return f"{em.ref(d.cls, 'cls')}({{{inner}}})"
 
 
@@ -372,6 +389,27 @@ VALUE_OPS[DictVar] = ValueOps(
     replay_children=lambda d: list(d.items.values()),
     replay=_dict_replay,
 )
+
+
+def _defaultdict(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`collections.defaultdict(factory, *mapping, **items)`."""
+    default = args[0] if args else ConstVar(None)
+    if not (isinstance(default, ConstVar) and default.value is None) and not _callable(default):
+        message = ConstVar("first argument must be callable or None")
+        raise Raised(ExceptionVar(TypeError, [message]))
+    d = DictVar({}, cls=collections.defaultdict, default=default)
+    if len(args) > 2:
+        raise Break("defaultdict() with more than one mapping")
+    if len(args) > 1 or kwargs:
+        dict_method(tx, d, "update", list(args[1:]), kwargs)
+    return d
+
+
+def _callable(v: Var) -> bool:
+    return ops_of(v).call is not None and not isinstance(v, ConstVar)
+
+
+builtin_fns.SPECIAL[collections.defaultdict] = _defaultdict
 
 
 # ---- slices -------------------------------------------------------------------------------------

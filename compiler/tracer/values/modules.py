@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from compiler.runtime.static import mark_static_address
+from compiler.support.static import mark_static_address
 from compiler.tracer import calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
@@ -26,6 +26,7 @@ from compiler.tracer.variables import (
     ObjVar,
     TupleVar,
     Var,
+    as_python_constant,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -82,19 +83,115 @@ def _named_children(tx: Tracer, mod_var: ObjVar) -> list[tuple[str, Var]]:
     return out
 
 
-MODULE_METHODS: dict[str, Callable[[Tracer, ObjVar], Var]] = {
+# The methods through which nn.Module lists its submodules and their members: a module
+# whose class replaces any of them is walked by running its own code.
+_WALKS = (
+    "named_modules", "_named_members", "named_parameters", "named_buffers", "parameters",
+    "buffers", "modules",
+)  # fmt: skip
+
+
+def _named_modules(
+    tx: Tracer, mod_var: ObjVar, prefix: str, remove_duplicate: bool, memo: set[int]
+) -> list[tuple[str, ObjVar]]:
+    """nn.Module.named_modules without running its generators: the modules in its order,
+    each read from `_modules[name]` under a guard on the names; `memo` holds the ids of the
+    modules seen, as torch's set of them does."""
+    mod = mod_var.value
+    cls = type(mod)
+    if any(getattr(cls, n) is not getattr(torch.nn.Module, n) for n in _WALKS):
+        raise Break(f"{cls.__name__} replaces how nn.Module lists its submodules")
+    if id(mod) in memo:
+        return []
+    if remove_duplicate:
+        memo.add(id(mod))
+    out = [(prefix, mod_var)]
+    modules = mod._modules
+    tx.guards.dict_keys(f"{mod_var.source}._modules", modules)
+    for name, child in modules.items():
+        child_var = wrap(tx, child, f"{mod_var.source}._modules[{name!r}]")
+        if child is not None:
+            child_prefix = prefix + ("." if prefix else "") + name
+            out += _named_modules(tx, child_var, child_prefix, remove_duplicate, memo)
+    return out
+
+
+def _named_members(tx: Tracer, mod_var: ObjVar, table: str, params: dict) -> list[TupleVar]:
+    """nn.Module._named_members over `table` (_parameters or _buffers): each member read from
+    its table under a guard on the names, the duplicates of one tensor left out."""
+    prefix, remove_duplicate = params["prefix"], params["remove_duplicate"]
+    if params["recurse"]:
+        modules = _named_modules(tx, mod_var, prefix, remove_duplicate, set())
+    else:
+        modules = [(prefix, mod_var)]
+    memo: set[int] = set()
+    out = []
+    for module_prefix, module in modules:
+        members = module.value.__dict__[table]
+        tx.guards.dict_keys(f"{module.source}.{table}", members)
+        for key, member in members.items():
+            var = wrap(tx, member, f"{module.source}.{table}[{key!r}]")
+            if member is None or id(member) in memo:
+                continue
+            if remove_duplicate:
+                memo.add(id(member))
+            if table == "_buffers" and isinstance(member, torch.Tensor):
+                mark_static_address(member)  # a CUDA graph may read it in place
+            name = module_prefix + ("." if module_prefix else "") + key
+            out.append(TupleVar([ConstVar(name), var]))
+    return out
+
+
+def _values(pairs: list[TupleVar]) -> IteratorVar:
+    return IteratorVar([pair.items[1] for pair in pairs])
+
+
+MODULE_METHODS: dict[str, Callable[[Tracer, ObjVar, dict], Var]] = {
     # timm's RegStage: `for block in self.children(): x = block(x)`
-    "children": lambda tx, m: IteratorVar([v for _, v in _named_children(tx, m)]),
-    "named_children": lambda tx, m: IteratorVar(
+    "children": lambda tx, m, p: IteratorVar([v for _, v in _named_children(tx, m)]),
+    "named_children": lambda tx, m, p: IteratorVar(
         [TupleVar([ConstVar(k), v]) for k, v in _named_children(tx, m)]
+    ),
+    # Hugging Face's `self.device` / `self.dtype`: `next(self.parameters())`; torch's own
+    # code dedupes through a set that its generators change as they run (generators.py)
+    "named_modules": lambda tx, m, p: IteratorVar(
+        [TupleVar([ConstVar(k), v]) for k, v in _named_modules_of(tx, m, p)]
+    ),
+    "modules": lambda tx, m, p: IteratorVar(
+        [v for _, v in _named_modules_of(tx, m, {**p, "prefix": ""})]
+    ),
+    "named_parameters": lambda tx, m, p: IteratorVar(_named_members(tx, m, "_parameters", p)),
+    "parameters": lambda tx, m, p: _values(
+        _named_members(tx, m, "_parameters", {**p, "prefix": "", "remove_duplicate": True})
+    ),
+    "named_buffers": lambda tx, m, p: IteratorVar(_named_members(tx, m, "_buffers", p)),
+    "buffers": lambda tx, m, p: _values(
+        _named_members(tx, m, "_buffers", {**p, "prefix": "", "remove_duplicate": True})
     ),
 }
 
 
+def _named_modules_of(tx: Tracer, mod_var: ObjVar, params: dict) -> list[tuple[str, ObjVar]]:
+    if params.get("memo") is not None:
+        raise Break("nn.Module.named_modules with a memo of its caller's is not traced")
+    return _named_modules(tx, mod_var, params["prefix"], params["remove_duplicate"], set())
+
+
 def module_method(tx: Tracer, mod_var: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:
-    if args or kwargs:
-        raise Break(f"nn.Module.{name} with arguments is not traced")
-    return MODULE_METHODS[name](tx, mod_var)
+    """One of nn.Module's own MODULE_METHODS, its arguments bound as its signature does."""
+    try:
+        values = [as_python_constant(a) for a in args]
+        named = {k: as_python_constant(v) for k, v in kwargs.items()}
+    except TypeError:
+        raise Break(f"nn.Module.{name} with arguments that are not constants") from None
+    try:
+        bound = inspect.signature(getattr(torch.nn.Module, name)).bind(None, *values, **named)
+    except TypeError as e:
+        raise raise_python(e) from None
+    bound.apply_defaults()
+    params = dict(bound.arguments)
+    params.pop("self")
+    return MODULE_METHODS[name](tx, mod_var, params)
 
 
 def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:

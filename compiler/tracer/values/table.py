@@ -43,6 +43,10 @@ class ValueOps:
     mapping: Callable[[Tracer, Any, str, list[Var]], Var] | None = None
     # `a op b` with this kind on the left (NotImplemented: not this kind's operator)
     binary: Callable[[Tracer, Callable, Any, Var], Var] | None = None
+    # `a op b` with this kind on the right, where the left operand's kind declined
+    rbinary: Callable[[Tracer, Callable, Var, Any], Var] | None = None
+    # the class's own operator methods come first, even against a graph value (user objects)
+    own_operators: bool = False
     # graph values take any operator they appear in, on either side (tensors)
     operators: Callable[[Tracer, Callable, Var, Var], Var] | None = None
     immutable: bool = False  # `a op= b` computes `a op b` (Python numbers and strings)

@@ -10,7 +10,7 @@ import torch
 
 from compiler import optim
 from compiler.records import ControlRecord
-from compiler.runtime.autocast import AutocastRestore
+from compiler.support.autocast import AutocastRestore
 from compiler.tracer import builtin_fns, reconstruct
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -129,7 +130,12 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
     if not data_descriptor and isinstance(instance_dict, dict) and name in instance_dict:
         return attr_value(tx, instance_dict[name], obj.source, name)
     if class_member is _MISSING:
-        if cls.__getattribute__ is object.__getattribute__ and not hasattr(cls, "__getattr__"):
+        # AttributeError, as object.__getattribute__ raises it; a __getattr__ the class
+        # writes in Python is then called (_object_attr); one written in C is not traced
+        getattr_fn = getattr(cls, "__getattr__", None)
+        if cls.__getattribute__ is object.__getattribute__ and (
+            getattr_fn is None or objects.python_method(cls, "__getattr__") is not None
+        ):
             message = f"'{cls.__name__}' object has no attribute '{name}'"
             raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
         raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
@@ -222,6 +228,51 @@ def _method(tx: Tracer, obj: ObjVar, name: str, args: list[Var], kwargs: dict) -
     return NotImplemented
 
 
+# ---- operators written in Python -------------------------------------------------------------
+
+# `a op b` by the method of a's class, then the reflected one of b's
+_OPERATOR_METHODS = {
+    operator.add: ("__add__", "__radd__"), operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"), operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"), operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"), operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"), operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"), operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.lt: ("__lt__", "__gt__"), operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__"),
+}  # fmt: skip
+
+
+def _answer(out: Any) -> Any:
+    """A dunder's result, or NotImplemented where the class has none or declined."""
+    if not objects.found(out) or operations.is_not_implemented(out):
+        return NotImplemented
+    return out
+
+
+def _binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
+    """`a op b` (`a op= b`) by the operator methods a's class writes in Python; the reflected
+    method of b's class is tried by the dispatcher (`_rbinary`)."""
+    fallback = operations.INPLACE_FALLBACK.get(op)
+    if fallback is not None:
+        out = _answer(objects.call_dunder(tx, a, f"__i{op.__name__[1:]}__", [b]))
+        if out is not NotImplemented:
+            return out
+        op = fallback
+    names = _OPERATOR_METHODS.get(op)
+    if names is None:
+        return NotImplemented
+    return _answer(objects.call_dunder(tx, a, names[0], [b]))
+
+
+def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
+    names = _OPERATOR_METHODS.get(operations.INPLACE_FALLBACK.get(op, op))
+    if names is None or objects.class_of(a) is objects.class_of(b):
+        return NotImplemented  # Python reflects only onto another class
+    return _answer(objects.call_dunder(tx, b, names[1], [a]))
+
+
 # ---- subscripts, truth, membership, iteration of real objects ----------------------------------
 
 
@@ -272,6 +323,9 @@ VALUE_OPS[ObjVar] = ValueOps(
     call=call_object,
     method=_method,
     getitem=_getitem,
+    binary=_binary,
+    rbinary=_rbinary,
+    own_operators=True,
     foldable=False,
     truth=_truth,
     same=same_value,
@@ -279,6 +333,24 @@ VALUE_OPS[ObjVar] = ValueOps(
     iterate=_iterate,
     rebuild=lambda em, v: em.ref(v.value, "obj"),
 )
+
+
+def _id(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`id(obj)` of a real object the entry pins (its identity is guarded), or of a
+    singleton constant; the address of anything else changes from call to call."""
+    if len(args) != 1 or kwargs:
+        raise Break("id() with these arguments")
+    v = args[0]
+    if isinstance(v, ObjVar) and not v.opaque:
+        return ConstVar(id(v.value))
+    if isinstance(v, FunctionVar) and v.fn is not None and v.source is not None:
+        return ConstVar(id(v.fn))
+    if isinstance(v, ConstVar) and (v.value is None or type(v.value) is bool):
+        return ConstVar(id(v.value))
+    raise Break(f"id() of {operations.describe(v)}: its address is not known while tracing")
+
+
+builtin_fns.SPECIAL[id] = _id
 
 
 # ---- instances built in the trace ---------------------------------------------------------------
@@ -338,6 +410,9 @@ VALUE_OPS[NewObjectVar] = ValueOps(
     delete_attr=objects.delete_new_object_attr,
     method=objects.object_method,
     mapping=_new_object_mapping,
+    binary=_binary,
+    rbinary=_rbinary,
+    own_operators=True,
     truth=_new_object_truth,
     contains=_new_object_contains,
     iterate=_new_object_iterate,

@@ -1,5 +1,5 @@
-// Included once, by tensor_guards.cpp after frozen_reads.h (its `dict_version` and
-// JC_DICT_VERSIONS are used here; compiler/runtime/tensor_guards.py builds it).
+// Included once, by guards.cpp after frozen_reads.h (its `dict_version` and
+// JC_DICT_VERSIONS are used here).
 #pragma once
 
 namespace {

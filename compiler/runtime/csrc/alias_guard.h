@@ -1,5 +1,4 @@
-// Included once, by tensor_guards.cpp (one translation unit: the shared state it declares,
-// `cdata_get`, `checked_types`, ..., is used here; compiler/runtime/tensor_guards.py builds it).
+// Included once, by guards.cpp (the state of cpp_ext.h is used here).
 #pragma once
 
 namespace {
@@ -23,27 +22,6 @@ struct Alias {
   std::vector<uintptr_t>* safe;  // each input's data_ptr on the last call found safe
   bool has_safe;
 };
-
-// The TensorImpl of an exact torch.Tensor or nn.Parameter; nullptr with no error for any
-// other object (`*other_tensor` set for a tensor of another type), nullptr with an error.
-c10::TensorImpl* impl_of(PyObject* obj, PyObject* allowed, bool* other_tensor) {
-  PyTypeObject* tp = Py_TYPE(obj);
-  bool exact = false;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(allowed); ++i) {
-    exact = exact || reinterpret_cast<PyObject*>(tp) == PyTuple_GET_ITEM(allowed, i);
-  }
-  if (!exact) {
-    *other_tensor = PyObject_TypeCheck(obj, tensor_base_type) != 0;
-    return nullptr;
-  }
-  PyObject* address = cdata_get(cdata_descr, obj, reinterpret_cast<PyObject*>(tp));
-  if (address == nullptr) {
-    return nullptr;
-  }
-  auto* impl = static_cast<c10::TensorImpl*>(PyLong_AsVoidPtr(address));
-  Py_DECREF(address);
-  return impl;
-}
 
 PyObject* alias_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* a = reinterpret_cast<Alias*>(self);

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
-from torch.utils._pytree import TreeSpec, tree_flatten
 
 # Buffers this large always come from a fresh mmap (glibc's largest mmap threshold), so the
 # kernel that first writes them takes a page fault per 4 KiB page: for a 64 MiB output about
@@ -75,27 +74,3 @@ def ensure_layout(
 
 def _same_strides(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> bool:
     return all(s == 1 or a == b for s, a, b in zip(size, t.stride(), stride))
-
-
-def flat_result(result: Any) -> list[Any]:
-    """An aten op's result flattened in order, Nones kept (pytree would drop them)."""
-    if isinstance(result, (tuple, list)):
-        return [x for item in result for x in flat_result(item)]
-    return [result]
-
-
-def tensors(result: Any, positions: Sequence[int]) -> list[torch.Tensor | None]:
-    """The outputs of an aten op's result at `positions` of `flat_result` (where its meta
-    function returned tensors)."""
-    flat = flat_result(result)
-    return [flat[i] for i in positions]
-
-
-def unflattener(spec: TreeSpec) -> Callable[[list], Any]:
-    """`spec.unflatten`, or `tuple` / `list` where the structure is a flat tuple / list of
-    leaves (a compiled graph's usual output): pytree's unflatten walks every leaf's spec in
-    Python, ~50 calls per call of a training graph's halves."""
-    for kind in (tuple, list):
-        if spec == tree_flatten(kind([None] * spec.num_leaves))[1]:
-            return kind
-    return spec.unflatten

@@ -1,5 +1,4 @@
-// Included once, by tensor_guards.cpp (one translation unit: the shared state it declares,
-// `cdata_get`, `checked_types`, ..., is used here; compiler/runtime/tensor_guards.py builds it).
+// Included once, by guards.cpp (the state of cpp_ext.h is used here).
 #pragma once
 
 namespace {
@@ -18,7 +17,8 @@ namespace {
 // when nothing changed, else None (the guard function then runs in full).
 //
 // Dict version tags exist in CPython 3.11 and 3.12 (deprecated there, removed later); on
-// another Python `remember` refuses and every call runs in full.
+// another Python `remember` refuses and every call runs in full. 3.13 still has the field,
+// but a write to an object's inline __dict__ values leaves it unchanged: not used there.
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
 #define JC_DICT_VERSIONS 1

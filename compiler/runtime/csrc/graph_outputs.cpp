@@ -1,6 +1,11 @@
-// Included once, by tensor_guards.cpp (one translation unit: the shared state it declares,
-// `cdata_get`, `checked_types`, ..., is used here; compiler/runtime/tensor_guards.py builds it).
-#pragma once
+// The storage moves of gradients handed out in a CUDA graph's memory
+// (compiler/runtime/cudagraphs.py); a part of the C++ extension (cpp_ext.h).
+
+#include "cpp_ext.h"
+
+#include <c10/core/TensorImpl.h>
+
+using namespace jc;
 
 namespace {
 
@@ -101,3 +106,19 @@ PyObject* adopt_storage(PyObject* /*module*/, PyObject* const* args, Py_ssize_t 
 }
 
 }  // namespace
+
+namespace {
+
+PyMethodDef graph_output_functions[] = {
+    {"live_storages", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(live_storages)),
+     METH_FASTCALL, "live_storages(tensors): see graph_outputs.cpp"},
+    {"adopt_storage", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(adopt_storage)),
+     METH_FASTCALL, "adopt_storage(alias, fresh): see graph_outputs.cpp"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+bool jc::add_graph_outputs(PyObject* module) {
+  return PyModule_AddFunctions(module, graph_output_functions) == 0;
+}

@@ -1,24 +1,32 @@
-"""The C++ tensor guard extension (tensor_guards.cpp): build it ahead of time, load it if built.
+"""The C++ extension of guards, CUDA graph outputs, optimizer gradient grouping and kernel
+launches (csrc/): build it ahead of time, load it if built.
 
-A guard function checks ~6 attributes of every tensor input, each a Python attribute read;
-for a resnet's ~100 parameters that is most of a call's guard time. The extension's
-`TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which). Its
-`FrozenReads` lets a call skip the checks of module attributes no write has touched since
-the last call that passed (compiler/tracer/frozen.py decides which). Its `ClassLookups`
-checks that no class attribute, property or `__dict__` entry hides what a guard reads from a
-module's tables (compiler/tracer/lookups.py). It also loads and launches compiled Triton
-kernels through the CUDA driver (cuda_launch.h, used by compiler/runtime/triton_binary.py).
+Its parts, one translation unit each (csrc/cpp_ext.h lists them), for host work that costs
+a Python attribute read per tensor or a C module built per kernel:
+- guards.cpp: a guard function checks ~6 attributes of every tensor input, each a Python
+  attribute read; for a resnet's ~100 parameters that is most of a call's guard time.
+  `TensorChecker` checks them all in one call (compiler/tracer/guards.py decides which).
+  `FrozenReads` lets a call skip the checks of module attributes no write has touched since
+  the last call that passed (compiler/tracer/frozen.py decides which). `ClassLookups` checks
+  that no class attribute, property or `__dict__` entry hides what a guard reads from a
+  module's tables (compiler/tracer/lookups.py). `AliasGuard`: do a graph's mutated inputs
+  share memory with another input (aliasing.py).
+- graph_outputs.cpp: the storage moves of gradients handed out in a CUDA graph's memory
+  (cudagraphs.py).
+- grad_grouping.cpp: a compiled optimizer step's per-parameter checks (compiler/optim/step.py).
+- launch.cpp: loading and launching compiled Triton kernels through the CUDA driver
+  (triton_binary.py).
 
-It is built by `make setup` (`python -m compiler.runtime.tensor_guards build`), never while
+It is built by `make setup` (`python -m compiler.runtime.cpp_ext build`), never while
 compiling a user's function: a first compile must not wait for a C++ build. At runtime it is
 loaded if present; when it is absent, stale or fails to load, the guards stay in Python and
 the guard source says why.
 
-The library lives in the C++ cache (`cpp_build.cache_dir()`/tensor_guards; a process whose
-$COMPILER_CACHE_DIR holds none loads the default cache's), named by the
-torch version, the Python version and the sha256 of the source and flags, so another torch or Python
-(a shared home directory, a second venv) builds and loads its own. It lands atomically with a
-sha256 sidecar (`cpp_build.compile_library`), and one that does not match it is not loaded.
+The library lives in the C++ cache (`cpp_build.cache_dir()`/cpp_ext; a process whose
+$COMPILER_CACHE_DIR holds none loads the default cache's), named by the torch version, the
+Python version and the sha256 of the sources and flags, so another torch or Python (a shared
+home directory, a second venv) builds and loads its own. It lands atomically with a sha256
+sidecar (`cpp_build.compile_files`), and one that does not match it is not loaded.
 """
 
 from __future__ import annotations
@@ -38,22 +46,17 @@ import torch
 
 from compiler.runtime import cpp_build
 
-SOURCE = Path(__file__).with_name("tensor_guards.cpp")
-# the parts it includes: FrozenReads (compiler/tracer/frozen.py), ClassLookups
-# (compiler/tracer/lookups.py), AliasGuard (aliasing.py), the storage moves of cudagraphs.py
-# and group_grads (compiler/optim/step.py)
-HEADERS = [
-    Path(__file__).with_name(name)
-    for name in (
-        "frozen_reads.h",
-        "class_lookups.h",
-        "alias_guard.h",
-        "graph_outputs.h",
-        "grad_checks.h",
-        "cuda_launch.h",
-    )
+SOURCE_DIR = Path(__file__).with_name("csrc")
+# The translation units, compiled into one library, and the headers they include
+UNITS = [
+    SOURCE_DIR / name
+    for name in ("module.cpp", "guards.cpp", "graph_outputs.cpp", "grad_grouping.cpp", "launch.cpp")
 ]
-MODULE_NAME = "_jc_tensor_guards"  # PyInit__jc_tensor_guards in the source
+HEADERS = [
+    SOURCE_DIR / name
+    for name in ("cpp_ext.h", "alias_guard.h", "frozen_reads.h", "class_lookups.h")
+]
+MODULE_NAME = "_jc_cpp_ext"  # PyInit__jc_cpp_ext in module.cpp
 
 # The tensor types the checker takes: a subclass may change what its attributes return
 # (`__torch_function__`, properties), so its checks stay in Python.
@@ -70,15 +73,15 @@ def built_for() -> str:
 
 def library_path(cache: Path | None = None) -> Path:
     """Where `build()` puts the library: in `cache` (default: the C++ cache in use)."""
-    h = hashlib.sha256(SOURCE.read_bytes())
-    for header in HEADERS:
-        h.update(header.read_bytes())
+    h = hashlib.sha256()
+    for source in (*UNITS, *HEADERS):
+        h.update(source.read_bytes())
     h.update("\0".join(flags()).encode())  # the include paths and ABI: another torch install
     digest = h.hexdigest()[:16]
     torch_tag = torch.__version__.replace("+", "_").replace(".", "_")
     python_tag = sys.implementation.cache_tag  # cpython-311
     name = f"torch{torch_tag}-{python_tag}-{digest}.so"
-    return (cache or cpp_build.cache_dir()) / "tensor_guards" / name
+    return (cache or cpp_build.cache_dir()) / "cpp_ext" / name
 
 
 def _library_to_load() -> Path:
@@ -105,7 +108,7 @@ def flags() -> list[str]:
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
         f"-I{torch_include}",
-        f"-I{SOURCE.parent}",  # HEADERS
+        f"-I{SOURCE_DIR}",  # HEADERS
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f'-DJC_BUILT_FOR="{built_for()}"',
         f"-L{torch_lib}",
@@ -122,7 +125,7 @@ def build(cache: Path | None = None) -> Path:
     if cpp_build.is_valid(lib):
         return lib
     lib.parent.mkdir(parents=True, exist_ok=True)
-    cpp_build.compile_library(SOURCE.read_text(), flags(), lib)
+    cpp_build.compile_files(UNITS, flags(), lib)
     return lib
 
 
@@ -202,15 +205,15 @@ def _load() -> ModuleType | None:
 def status() -> str:
     """How tensor guards are checked in this process, for guard sources and the inspector."""
     if checker_class() is not None:
-        return f"C++ (the tensor_guards extension, {built_for()})"
-    return f"Python (the C++ tensor_guards extension is not used: {_status or 'disabled'})"
+        return f"C++ (the C++ extension, {built_for()})"
+    return f"Python (the C++ extension is not used: {_status or 'disabled'})"
 
 
 def load_library(lib: Path) -> ModuleType:
     """Import the extension from `lib`, checking its sha256 sidecar and what it was built for."""
     if not lib.exists():
         raise FileNotFoundError(
-            f"{lib} is not built; `python -m compiler.runtime.tensor_guards build` builds it"
+            f"{lib} is not built; `python -m compiler.runtime.cpp_ext build` builds it"
         )
     if not cpp_build.is_valid(lib):
         raise ImportError(f"{lib} does not match its recorded sha256 (rebuild it)")
@@ -226,7 +229,7 @@ def load_library(lib: Path) -> ModuleType:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m compiler.runtime.tensor_guards", description=__doc__.splitlines()[0]
+        prog="python -m compiler.runtime.cpp_ext", description=__doc__.splitlines()[0]
     )
     parser.add_argument("command", choices=["build"])
     parser.parse_args(argv)
@@ -235,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         lib = build()
         load_library(lib)
     except Exception as e:
-        print(f"tensor guard extension not built ({type(e).__name__}: {e}); guards run in Python")
+        print(f"C++ extension not built ({type(e).__name__}: {e}); guards run in Python")
         return 1
-    print(f"tensor guard extension: {lib} ({time.perf_counter() - start:.1f} s, {built_for()})")
+    print(f"C++ extension: {lib} ({time.perf_counter() - start:.1f} s, {built_for()})")
     return 0
 
 

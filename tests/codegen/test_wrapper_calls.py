@@ -1,10 +1,10 @@
-"""compiler/runtime/support.py: the wrapper's helpers."""
+"""compiler/runtime/wrapper_calls.py: the wrapper's helpers."""
 
 from __future__ import annotations
 
 import torch
 
-from compiler.runtime import support
+from compiler.runtime import wrapper_calls as support
 
 
 def test_large_buffers_are_ordinary_tensors_with_the_asked_layout():

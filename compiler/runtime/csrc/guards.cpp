@@ -7,23 +7,18 @@
 // and called with the tensors as positional arguments; it answers True when every tensor
 // matches, as the Python checks it replaces would.
 //
-// Only small torch headers are included (TensorImpl, the dtype and device objects), not
-// torch/extension.h or python_variable.h (pybind11 and all of ATen: 30 s to compile).
 // The TensorImpl is reached through `Tensor._cdata`, the getter torch has long had that
 // returns the TensorImpl's address, called through its descriptor (no attribute lookup).
 // The checker accepts only torch.Tensor and nn.Parameter (see `TensorChecker.__init__`
 // below): a subclass can change what its attributes return, so it is checked in Python.
 //
-// The same extension holds `FrozenReads` (frozen_reads.h: a guard call skips re-reading
-// module attributes no write has touched), `ClassLookups` (class_lookups.h: nothing hides a
-// module's parameters, buffers and children read from its tables) and `AliasGuard`
-// (alias_guard.h: do a graph's mutated inputs share memory with another input), and the
-// storage moves of gradients handed out in a CUDA graph's memory (graph_outputs.h), and the
-// launch of compiled Triton kernels through the CUDA driver (cuda_launch.h), included into
-// this translation unit.
+// The other guards, included here: `FrozenReads` (frozen_reads.h: a guard call skips
+// re-reading module attributes no write has touched), `ClassLookups` (class_lookups.h:
+// nothing hides a module's parameters, buffers and children read from its tables) and
+// `AliasGuard` (alias_guard.h: do a graph's mutated inputs share memory with another input).
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "cpp_ext.h"
+
 #include <structmember.h>
 
 #include <c10/core/TensorImpl.h>
@@ -35,21 +30,9 @@
 #include <unordered_map>
 #include <vector>
 
-#ifndef JC_BUILT_FOR
-#error "build with -DJC_BUILT_FOR=\"torch <version>, Python <version>\""
-#endif
+using namespace jc;
 
 namespace {
-
-// The `_cdata` getter of torch._C.TensorBase and its descriptor's __get__.
-PyObject* cdata_descr = nullptr;
-descrgetfunc cdata_get = nullptr;
-// torch.dtype and torch.device, read from torch._C rather than linked against
-// libtorch_python (THPDtypeType, THPDeviceType): the extension links only to c10.
-PyObject* dtype_type = nullptr;
-PyObject* device_type = nullptr;
-PyTypeObject* tensor_base_type = nullptr;  // torch._C.TensorBase
-PyObject* checked_types = nullptr;  // (torch.Tensor, nn.Parameter), given by the loader
 
 struct Expected {
   PyTypeObject* type;  // exact type; kept alive by the checker's `specs` tuple
@@ -240,64 +223,22 @@ PyMemberDef checker_members[] = {
 PyTypeObject CheckerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 }  // namespace
-
 #include "alias_guard.h"
 #include "frozen_reads.h"
 #include "class_lookups.h"
-#include "graph_outputs.h"
-#include "grad_checks.h"
-#include "cuda_launch.h"
 
 namespace {
 
-PyMethodDef module_methods[] = {
+PyMethodDef guard_functions[] = {
     {"same_addresses", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(same_addresses)),
      METH_FASTCALL, "same_addresses(inputs, positions, addresses): see alias_guard.h"},
-    {"live_storages", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(live_storages)),
-     METH_FASTCALL, "live_storages(tensors): see graph_outputs.h"},
-    {"adopt_storage", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(adopt_storage)),
-     METH_FASTCALL, "adopt_storage(alias, fresh): see graph_outputs.h"},
-    {"group_grads", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(group_grads)),
-     METH_FASTCALL, "group_grads(params, dtypes, device, state_dicts, state_lists): see grad_checks.h"},
-    {"cuda_load", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cuda_load)),
-     METH_FASTCALL, "cuda_load(cubin, name, shared, device): see cuda_launch.h"},
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
-
 }  // namespace
 
-PyMODINIT_FUNC PyInit__jc_tensor_guards() {
-  // torch's dtype and device types and the `_cdata` getter come from torch._C, which must be
-  // imported (the build step and the guards both run with torch loaded).
-  PyObject* torch_c = PyImport_ImportModule("torch._C");
-  if (torch_c == nullptr) {
-    return nullptr;
-  }
-  PyObject* base = PyObject_GetAttrString(torch_c, "TensorBase");
-  tensor_base_type = reinterpret_cast<PyTypeObject*>(base);  // this reference, kept for good
-  dtype_type = PyObject_GetAttrString(torch_c, "dtype");
-  device_type = PyObject_GetAttrString(torch_c, "device");
-  Py_DECREF(torch_c);
-  if (dtype_type == nullptr || device_type == nullptr) {
-    Py_XDECREF(base);
-    return nullptr;
-  }
-  if (base == nullptr) {
-    return nullptr;
-  }
-  cdata_descr = PyObject_GetAttrString(base, "_cdata");  // the descriptor itself, from the type
-  if (cdata_descr == nullptr) {
-    return nullptr;
-  }
-  cdata_get = Py_TYPE(cdata_descr)->tp_descr_get;
-  if (cdata_get == nullptr) {
-    PyErr_SetString(PyExc_ImportError, "torch._C.TensorBase._cdata is not a descriptor");
-    return nullptr;
-  }
-
-  CheckerType.tp_name = "_jc_tensor_guards.TensorChecker";
+bool jc::add_guards(PyObject* module) {
+  CheckerType.tp_name = "_jc_cpp_ext.TensorChecker";
   CheckerType.tp_doc =
       "TensorChecker(specs, allowed_types): called with one tensor per spec, True when each "
       "has the spec's exact type, dtype, device, sizes, strides and requires_grad.";
@@ -309,16 +250,12 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   CheckerType.tp_dealloc = checker_dealloc;
   CheckerType.tp_repr = checker_repr;
   CheckerType.tp_members = checker_members;
-  if (PyType_Ready(&CheckerType) < 0) {
-    return nullptr;
-  }
-
 
   getattribute_name = PyUnicode_InternFromString("__getattribute__");
   if (getattribute_name == nullptr) {
-    return nullptr;
+    return false;
   }
-  FrozenType.tp_name = "_jc_tensor_guards.FrozenReads";
+  FrozenType.tp_name = "_jc_cpp_ext.FrozenReads";
   FrozenType.tp_doc =
       "FrozenReads(n_roots, reads, types, selection): the values of attribute and dict reads "
       "from pinned objects, answered while no dict or class they went through changed.";
@@ -333,11 +270,8 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   FrozenType.tp_repr = frozen_repr;
   FrozenType.tp_methods = frozen_methods;
   FrozenType.tp_members = frozen_members;
-  if (PyType_Ready(&FrozenType) < 0) {
-    return nullptr;
-  }
 
-  LookupsType.tp_name = "_jc_tensor_guards.ClassLookups";
+  LookupsType.tp_name = "_jc_cpp_ext.ClassLookups";
   LookupsType.tp_doc =
       "ClassLookups(type, absent, present, instance)(obj): obj's exact type is `type`, whose "
       "MRO defines no name of `absent` and each (name, value) of `present` as that value, "
@@ -352,11 +286,8 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   LookupsType.tp_clear = lookups_clear;
   LookupsType.tp_repr = lookups_repr;
   LookupsType.tp_members = lookups_members;
-  if (PyType_Ready(&LookupsType) < 0) {
-    return nullptr;
-  }
 
-  AliasType.tp_name = "_jc_tensor_guards.AliasGuard";
+  AliasType.tp_name = "_jc_cpp_ext.AliasGuard";
   AliasType.tp_doc =
       "AliasGuard(mutated)(*inputs): True when no mutated input shares its storage with "
       "another input, False when one does, None when it cannot tell (a tensor subclass).";
@@ -367,69 +298,11 @@ PyMODINIT_FUNC PyInit__jc_tensor_guards() {
   AliasType.tp_new = alias_new;
   AliasType.tp_dealloc = alias_dealloc;
   AliasType.tp_members = alias_members;
-  if (PyType_Ready(&AliasType) < 0) {
-    return nullptr;
-  }
-  PyObject* nn_parameter = PyImport_ImportModule("torch.nn.parameter");
-  if (nn_parameter == nullptr) {
-    return nullptr;
-  }
-  PyObject* torch_mod = PyImport_ImportModule("torch");
-  if (torch_mod == nullptr) {
-    Py_DECREF(nn_parameter);
-    return nullptr;
-  }
-  PyObject* tensor_type = PyObject_GetAttrString(torch_mod, "Tensor");
-  PyObject* parameter_type = PyObject_GetAttrString(nn_parameter, "Parameter");
-  Py_DECREF(torch_mod);
-  Py_DECREF(nn_parameter);
-  if (tensor_type == nullptr || parameter_type == nullptr) {
-    Py_XDECREF(tensor_type);
-    Py_XDECREF(parameter_type);
-    return nullptr;
-  }
-  checked_types = PyTuple_Pack(2, tensor_type, parameter_type);
-  Py_DECREF(tensor_type);
-  Py_DECREF(parameter_type);
-  if (checked_types == nullptr) {
-    return nullptr;
-  }
 
-  module_def.m_name = "_jc_tensor_guards";
-  module_def.m_doc = "Tensor metadata guards for jupyter-compile (compiler/runtime/tensor_guards.py).";
-  module_def.m_size = -1;
-  module_def.m_methods = module_methods;
-  PyObject* module = PyModule_Create(&module_def);
-  if (module == nullptr) {
-    return nullptr;
-  }
-  Py_INCREF(&CheckerType);
-  if (PyModule_AddObject(module, "TensorChecker", reinterpret_cast<PyObject*>(&CheckerType)) < 0 ||
-      PyModule_AddStringConstant(module, "BUILT_FOR", JC_BUILT_FOR) < 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  Py_INCREF(&AliasType);
-  if (PyModule_AddObject(module, "AliasGuard", reinterpret_cast<PyObject*>(&AliasType)) < 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  Py_INCREF(&LookupsType);
-  if (PyModule_AddObject(module, "ClassLookups", reinterpret_cast<PyObject*>(&LookupsType)) < 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  Py_INCREF(&LaunchType);
-  if (!ready_launch_type() ||
-      PyModule_AddObject(module, "CudaLaunch", reinterpret_cast<PyObject*>(&LaunchType)) < 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  Py_INCREF(&FrozenType);
-  if (PyModule_AddObject(module, "FrozenReads", reinterpret_cast<PyObject*>(&FrozenType)) < 0 ||
-      PyModule_AddIntConstant(module, "DICT_VERSIONS", JC_DICT_VERSIONS) < 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  return module;
+  return add_type(module, "TensorChecker", &CheckerType) &&
+         add_type(module, "FrozenReads", &FrozenType) &&
+         PyModule_AddIntConstant(module, "DICT_VERSIONS", JC_DICT_VERSIONS) == 0 &&
+         add_type(module, "ClassLookups", &LookupsType) &&
+         add_type(module, "AliasGuard", &AliasType) &&
+         PyModule_AddFunctions(module, guard_functions) == 0;
 }

@@ -20,7 +20,14 @@
 // pointers, then its global and profile scratch pointers (null: compiler/runtime/
 // triton_binary.py launches only kernels that need no scratch memory).
 
+#include "cpp_ext.h"
+
 #include <dlfcn.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
 
 namespace {
 
@@ -269,8 +276,8 @@ int launch_init(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
 
 PyTypeObject LaunchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-bool ready_launch_type() {
-  LaunchType.tp_name = "_jc_tensor_guards.CudaLaunch";
+void set_up_launch_type() {
+  LaunchType.tp_name = "_jc_cpp_ext.CudaLaunch";
   LaunchType.tp_doc =
       "CudaLaunch(function, grid, num_warps, shared, aligned): called with (stream, *pointers), "
       "launches the loaded kernel; False, launching nothing, when a pointer's 16-byte "
@@ -281,7 +288,22 @@ bool ready_launch_type() {
   LaunchType.tp_init = launch_init;
   LaunchType.tp_call = PyVectorcall_Call;
   LaunchType.tp_vectorcall_offset = offsetof(Launch, vectorcall);
-  return PyType_Ready(&LaunchType) == 0;
 }
 
 }  // namespace
+
+namespace {
+
+PyMethodDef launch_functions[] = {
+    {"cuda_load", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(cuda_load)),
+     METH_FASTCALL, "cuda_load(cubin, name, shared, device): see launch.cpp"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+bool jc::add_launch(PyObject* module) {
+  set_up_launch_type();
+  return jc::add_type(module, "CudaLaunch", &LaunchType) &&
+         PyModule_AddFunctions(module, launch_functions) == 0;
+}

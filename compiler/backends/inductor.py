@@ -1,17 +1,19 @@
-"""`backend="inductor"`: FX graph -> fused kernels + a Python wrapper, as named stages.
+"""`backend="inductor"`, the backend's driver: FX graph -> fused kernels + a Python wrapper,
+as named stages, each a package below this one (`_Compiled.build` calls them in order).
 
-    aot       FX graph -> functional aten graph (make_fx, our decompositions)
-    lower     aten graph -> loop IR
-    schedule  loop IR -> kernels and extern calls (fusion, buffer planning)
-    codegen   kernel sources (Triton or C++) and the wrapper source
-    compile   load kernels from the disk cache (compiling what is new) and the wrapper
+    aot       FX graph -> functional aten graph (compiler/aot: make_fx, our decompositions)
+    lower     aten graph -> loop IR (compiler/lowering)
+    schedule  loop IR -> kernels and extern calls (compiler/scheduler: fusion, buffers)
+    codegen   kernel sources (compiler/codegen: Triton or C++) and the wrapper source
+    compile   load kernels from the disk cache (compiling what is new) and the wrapper,
+              run by compiler/runtime
 
 Each stage's time goes to the GraphRecord being compiled (compiler.records.current_graph()),
 with every kernel, the wrapper source, the aten graph and notes. Anything that fails inside
 runs the graph eagerly instead, with a warning and `GraphRecord.fallback` saying why
-(fullgraph=True, COMPILER_STRICT=1 and config.suppress_errors=False raise instead). Graphs that need autograd go to
-compiler/aot/training.py: a joint forward+backward graph, partitioned, each half compiled by
-the stages here.
+(fullgraph=True, COMPILER_STRICT=1 and config.suppress_errors=False raise instead). Graphs
+that need autograd go to compiler/aot/training.py: a joint forward+backward graph,
+partitioned, each half compiled by the stages here.
 """
 
 from __future__ import annotations
@@ -26,22 +28,26 @@ from torch.utils._pytree import tree_flatten
 
 from compiler import config
 from compiler.aot.outputs import plain_containers, returning_as_eager
+from compiler.aot.pad_matmul import pad_matmuls
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
-from compiler.codegen.common import KernelSource, emitter_for, kernel_arguments, shared_kernels
+from compiler.codegen.common import KernelEmitter, KernelSource, kernel_arguments, shared_kernels
+from compiler.codegen.emitters import emitter_for
 from compiler.codegen.wrapper import extern_lines, wrapper_source
+from compiler.ir.nodes import Graph
 from compiler.ir.printer import format_graph, format_schedule
-from compiler.lowering.core import graph_device, lower
+from compiler.lowering.core import graph_device
+from compiler.lowering.graph import lower
 from compiler.records import CompilerWarning, GraphRecord, KernelRecord, current_graph
-from compiler.runtime import autocast
 from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.runtime.cpp_build import CppCompileError
 from compiler.runtime.eager import run_eagerly
-from compiler.runtime.gc_pause import gc_paused
-from compiler.runtime.keys import SignatureKey, kept_key
-from compiler.runtime.lazy_graphs import graph_code, runnable
 from compiler.scheduler.fusion import schedule as fuse
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Schedule
+from compiler.support import autocast
+from compiler.support.gc_pause import gc_paused
+from compiler.support.keys import SignatureKey, kept_key
+from compiler.support.lazy_graphs import graph_code, runnable
 
 # Devices whose training graphs run convolutions channels-last. On the H100, eager's NCHW
 # resnet18 step spends ~0.5 ms of its ~4.5 ms of GPU time in cuDNN's NCHW<->NHWC transposes.
@@ -314,6 +320,7 @@ class _Compiled:
         return self.record.stage(name)
 
     def build(self) -> Callable:
+        """The stages in order, each timed into the record under its name."""
         if not all(isinstance(t, torch.Tensor) for t in self.inputs):
             raise TypeError("non-tensor graph inputs are not supported by the code generator")
         device = graph_device(self.inputs)  # its kernels' (other devices' ops: extern calls)
@@ -323,38 +330,64 @@ class _Compiled:
             return runnable(self.gm)
         aot = self.aot
         if aot is None:
-            with self.stage("aot"):  # the graph's text too: it is part of the stage's work
-                aot = trace_forward(self.gm, self.inputs)
-                self.record.aot_graphs["forward"] = graph_code(aot.gm)
+            with self.stage("aot"):
+                aot = self._aot()
         with self.stage("lower"):
-            # Channels-last suits oneDNN's and cuDNN's convolutions. Training halves only on
-            # the devices in TRAINING_CHANNELS_LAST: the forward's saved activations then stay
-            # NHWC for the backward (lowering keeps a forward's internal outputs as laid out).
-            cpp = emitter.language == "cpp"
-            channels_last = not self.part or device.type in TRAINING_CHANNELS_LAST
-            # Triton computes variances in one Welford pass. The C++ kernels keep two passes
-            # in one kernel: their reduction loops vectorise with OpenMP `simd reduction(+)`
-            # clauses, which a Welford state (three values, a division per element) cannot
-            # use, and they never split a reduction, where Welford saves whole kernels.
-            graph, notes = lower(
-                aot, self.inputs, channels_last=channels_last, welford=not cpp, device=device
-            )
-        self.record.notes.extend(n for n in notes if n not in self.record.notes)
+            aot = pad_matmuls(aot, self.record, self.part)  # inference graphs and both halves
+            graph = self._lower(aot, emitter, device)
         with self.stage("schedule"):
-            # Emitters for parallel devices say how many processors to fill (Triton: the
-            # SMs), which splits long reductions with few outputs; C++ never splits.
-            processors = emitter.processors(device) if hasattr(emitter, "processors") else None
-            sched = fuse(graph, materialise_broadcasts=cpp, processors=processors, device=device)
+            sched = self._schedule(graph, emitter, device)
         with self.stage("codegen"):
-            kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
-            what = f"the {self.part} graph" if self.part else "a graph"
-            source = wrapper_source(
-                sched, kernels, f"wrapper for {what} of {len(self.gm.graph.nodes)} FX nodes"
-            )
+            kernels, source = self._codegen(sched, emitter)
         self._dump(aot, graph, sched, kernels, source)
         with self.stage("compile"):
             call = autocast.outside(self._load(emitter, sched, kernels, source, device))
         self._records(sched, kernels, source)
+        return self._wrap(call, aot, graph, device)
+
+    def _aot(self) -> AotGraph:
+        """FX graph -> functional aten graph; its text too, as part of the stage's work."""
+        aot = trace_forward(self.gm, self.inputs)
+        self.record.aot_graphs["forward"] = graph_code(aot.gm)
+        return aot
+
+    def _lower(self, aot: AotGraph, emitter: KernelEmitter, device: torch.device) -> Graph:
+        """Aten graph -> loop IR."""
+        # Channels-last suits oneDNN's and cuDNN's convolutions. Training halves only on
+        # the devices in TRAINING_CHANNELS_LAST: the forward's saved activations then stay
+        # NHWC for the backward (lowering keeps a forward's internal outputs as laid out).
+        channels_last = not self.part or device.type in TRAINING_CHANNELS_LAST
+        graph, notes = lower(
+            aot, self.inputs, channels_last=channels_last, welford=emitter.welford, device=device
+        )
+        self.record.notes.extend(n for n in notes if n not in self.record.notes)
+        return graph
+
+    def _schedule(self, graph: Graph, emitter: KernelEmitter, device: torch.device) -> Schedule:
+        """Loop IR -> kernels and extern calls (fusion, buffer planning)."""
+        # Emitters for parallel devices say how many processors to fill (Triton: the
+        # SMs), which splits long reductions with few outputs; C++ never splits.
+        return fuse(
+            graph,
+            materialise_broadcasts=emitter.materialise_broadcasts,
+            processors=emitter.processors(device),
+            device=device,
+        )
+
+    def _codegen(
+        self, sched: Schedule, emitter: KernelEmitter
+    ) -> tuple[dict[str, KernelSource], str]:
+        """Kernel sources and the wrapper's source."""
+        kernels = {k.name: emitter.emit_kernel(k, sched) for k in sched.kernels}
+        what = f"the {self.part} graph" if self.part else "a graph"
+        source = wrapper_source(
+            sched, kernels, f"wrapper for {what} of {len(self.gm.graph.nodes)} FX nodes"
+        )
+        return kernels, source
+
+    def _wrap(self, call: Callable, aot: AotGraph, graph: Graph, device: torch.device) -> Callable:
+        """The compiled call as the graph is called: its outputs structured as eager's, CUDA
+        graphs in reduce-overhead mode, and inputs that alias each other run eagerly."""
         mutated = mutated_inputs(aot.gm)
         mode = self.mode
         if graph.off_device:
@@ -374,7 +407,7 @@ class _Compiled:
 
     def _load(
         self,
-        emitter,
+        emitter: KernelEmitter,
         sched: Schedule,
         kernels: dict[str, KernelSource],
         source: str,
@@ -393,28 +426,17 @@ class _Compiled:
             note = f"{self.part} graph: {note}" if self.part else note
             if note not in self.record.notes:  # a recompile for new shapes may say it again
                 self.record.notes.append(note)
-        if hasattr(emitter, "load_many"):  # compiles several kernels together, in parallel
-            loaded = dict(zip(unique, emitter.load_many(list(unique.values()), self.mode)))
-        else:
-            loaded = {name: emitter.load(k, self.mode) for name, k in unique.items()}
+        loaded = dict(zip(unique, emitter.load_many(list(unique.values()), self.mode)))
         by_kernel_name = {k.name: name for name, k in kernels.items()}
-        if emitter.language == "triton" and device.type == "cuda":
-            from compiler.runtime.triton_launch import launch_notes, warm_all
-
-            warm_all(
-                [
-                    (loaded[k.name], warm_up_dtypes(k, sched))
-                    for k in sched.kernels
-                    if k.name in unique
-                ]
-            )
-            for note in launch_notes(list(loaded.values())):
-                if note not in self.record.notes:
-                    self.record.notes.append(note)
+        warm = [
+            (loaded[k.name], warm_up_dtypes(k, sched)) for k in sched.kernels if k.name in unique
+        ]
+        for note in emitter.warm_up(warm, device):
+            if note not in self.record.notes:
+                self.record.notes.append(note)
         for name, k in kernels.items():
             if name not in loaded:
-                first = loaded[by_kernel_name[shared[k.name]]]
-                loaded[name] = emitter.alias(first, k) if hasattr(emitter, "alias") else first
+                loaded[name] = emitter.alias(loaded[by_kernel_name[shared[k.name]]], k)
         module, _ = load_module(source, str(device.type), kind="wrappers", shared=False)
         # Bound under each KernelSource's own name, which its `call` line uses (the C++
         # emitter names kernels cpp_* where the scheduler's group name says triton_*).
@@ -512,6 +534,11 @@ def _runner(
         from compiler.runtime.cudagraphs import CudaGraphRunner
 
         call = CudaGraphRunner(
-            call, mutated, aot.internal_from, aot.gradients_out, notes, f"{part} graph: " * bool(part)
+            call,
+            mutated,
+            aot.internal_from,
+            aot.gradients_out,
+            notes,
+            f"{part} graph: " * bool(part),
         )
     return returning_as_eager(call, aot.outputs, spec)

@@ -1,7 +1,13 @@
-// Included once, by tensor_guards.cpp, after alias_guard.h: it uses that file's `impl_of` and
-// the shared state tensor_guards.cpp declares (`dtype_type`, `device_type`, `checked_types`);
-// compiler/runtime/tensor_guards.py builds it.
-#pragma once
+// The optimizer's gradient grouping: a compiled step's per-parameter checks in one call
+// (compiler/optim/step.py); a part of the C++ extension (cpp_ext.h).
+
+#include "cpp_ext.h"
+
+#include <c10/core/TensorImpl.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+
+using namespace jc;
 
 namespace {
 
@@ -172,3 +178,18 @@ PyObject* group_grads(PyObject* /*module*/, PyObject* const* args, Py_ssize_t na
 }
 
 }  // namespace
+
+namespace {
+
+PyMethodDef grad_grouping_functions[] = {
+    {"group_grads", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(group_grads)),
+     METH_FASTCALL,
+     "group_grads(params, dtypes, device, state_dicts, state_lists): see grad_grouping.cpp"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+bool jc::add_grad_grouping(PyObject* module) {
+  return PyModule_AddFunctions(module, grad_grouping_functions) == 0;
+}

@@ -1,0 +1,220 @@
+"""Python as users write it, each a local change in one value module of
+compiler/tracer/values/, differential against eager (results, graph counts, exceptions,
+arguments changed in place): collections.defaultdict (containers.py), id() and the operator
+and attribute methods of user classes (user_objects.py), and a ModelOutput-like OrderedDict
+subclass (keys, items, to_tuple)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Optional
+
+import pytest
+import torch
+
+import compiler
+
+from .helpers import Cases, T, check
+
+case = Cases()
+
+# ---- collections.defaultdict ----------------------------------------------------------------
+
+
+@case(T(3), graphs=1, breaks=0)
+def defaultdict_grouping(x):
+    groups = collections.defaultdict(list)
+    for i, key in enumerate(["a", "b", "a", "c", "b"]):
+        groups[key].append(x * i)
+    counts = collections.defaultdict(int)
+    for key in "abcab":
+        counts[key] += 1
+    return [sum(v) for v in groups.values()], dict(counts), "z" in groups, counts.get("z")
+
+
+@case(T(3), graphs=1, breaks=0)
+def defaultdict_returned(x):
+    d = collections.defaultdict(lambda: 7, {"a": 1})
+    d["b"]
+    nested = collections.defaultdict(lambda: collections.defaultdict(int))
+    nested["x"]["y"] += 2
+    return x + d["a"], d, nested, d.default_factory() + 1, d.copy()
+
+
+@case(T(3), graphs=1, breaks=0)
+def defaultdict_without_factory(x):
+    d = collections.defaultdict(None, a=1)
+    try:
+        d["missing"]
+    except KeyError:
+        return x + d["a"]
+    return x
+
+
+@case(T(3))
+def defaultdict_factory_not_callable(x):
+    return collections.defaultdict(3)
+
+
+# ---- id() ---------------------------------------------------------------------------------------
+
+LINEAR = torch.nn.Linear(3, 3)
+
+
+@case(T(3), graphs=1, breaks=0)
+def id_as_a_key(x):
+    memo = {id(LINEAR): 2}
+    return x * memo[id(LINEAR)], id(None) == id(None), id(LINEAR) == id(torch)
+
+
+@case(T(3), breaks=1)
+def id_of_a_tensor(x):
+    return x + (id(x) > 0)
+
+
+# ---- user classes with operator and attribute methods ----------------------------------------
+
+
+class Vec:
+    def __init__(self, t):
+        self.t = t
+
+    def __add__(self, other):
+        return Vec(self.t + (other.t if isinstance(other, Vec) else other))
+
+    def __radd__(self, other):
+        return Vec(other + self.t)
+
+    def __mul__(self, other):
+        return Vec(self.t * other)
+
+    def __rmul__(self, other):
+        return Vec(other * self.t)
+
+    def __sub__(self, other):
+        return NotImplemented
+
+    def __rsub__(self, other):
+        return Vec(other - self.t)
+
+    def __lt__(self, other):
+        return bool(self.t.shape[0] < other)
+
+    def __iadd__(self, other):
+        self.t = self.t + 100 * other
+        return self
+
+    def __getitem__(self, i):
+        return self.t[i]
+
+    def __len__(self):
+        return self.t.shape[0]
+
+    def __getattr__(self, name):
+        if name == "double":
+            return self.t * 2
+        raise AttributeError(name)
+
+
+@case(T(3), graphs=1, breaks=0)
+def dunders_of_an_object_built_in_the_trace(x):
+    v = Vec(x)
+    w = 2 * ((v + v) * 3) + 1
+    u = v
+    u += 1
+    return w.t, (1 + v).t, (5 - v).t, v[0], len(v), v.double, v < 5, u is v, v.t
+
+
+@case(T(3), graphs=1, breaks=0)
+def missing_attribute_through_getattr(x):
+    v = Vec(x)
+    try:
+        _ = v.nothing
+    except AttributeError:
+        return x - 1
+    return x
+
+
+SHARED = Vec(torch.ones(3))
+
+
+@case(T(3), graphs=1, breaks=0)
+def dunders_of_a_real_object(x):
+    return (SHARED + x).t, SHARED[1], len(SHARED), SHARED.double, (3 * SHARED).t
+
+
+@case(T(3))
+def unsupported_operand(x):
+    return Vec(x) @ 2
+
+
+# ---- an OrderedDict subclass: transformers' ModelOutput -------------------------------------
+
+
+class ModelOutput(collections.OrderedDict):
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is not None:
+                self[f.name] = v
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class Output(ModelOutput):
+    logits: Optional[torch.Tensor] = None
+    hidden: Optional[torch.Tensor] = None
+    loss: Optional[torch.Tensor] = None
+
+
+@case(T(3), graphs=1, breaks=0)
+def model_output(x):
+    out = Output(logits=x + 1, hidden=x * 2)
+    out.loss = x.sum()
+    return (
+        out.to_tuple(), list(out.keys()), [k for k, _ in out.items()], out[0], out["hidden"],
+        len(out), "loss" in out, out,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("fn, factories, expect", case)
+def test_value_kinds(fn, factories, expect):
+    check(fn, *factories, **expect)
+
+
+def test_defaultdict_argument_changed_in_place():
+    """A defaultdict from outside the graph: a missing key read in the trace makes its value
+    from the real default_factory, and the new items are there after the call, as in eager."""
+
+    def fn(x, d):
+        d["a"].append(2)
+        d["b"].append(3)
+        return x + len(d)
+
+    compiled = compiler.compile(fn)
+    for _ in range(2):
+        x = torch.randn(3)
+        eager_d = collections.defaultdict(list, {"a": [1]})
+        compiled_d = collections.defaultdict(list, {"a": [1]})
+        torch.testing.assert_close(compiled(x, compiled_d), fn(x, eager_d))
+        assert compiled_d == eager_d and compiled_d.default_factory is list
+    record = compiler.inspect(compiled)
+    assert len(record.graphs) == 1
+    assert all(e.graph_break is None for e in record.entries)

@@ -79,7 +79,7 @@ class ControlRecord:
     disabled call, an opaque node, a baked-in constant, a dynamic size, a stance."""
 
     kind: str  # "disable", "allow_in_graph", "disallow_in_graph", "assume_constant_result",
-    # "dynamic", "stance", "lru_cache"
+    # "dynamic", "stance", "lru_cache", "record_function"
     target: str  # what it applied to: a function's name, a tensor's size ("L['x'].size(0)")
     detail: str  # what it did, readable
     user_line: SourceLine | None = None

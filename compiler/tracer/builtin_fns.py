@@ -27,6 +27,7 @@ from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
     DictVar,
+    EndlessIteratorVar,
     ExceptionVar,
     FunctionVar,
     GradModeVar,
@@ -320,15 +321,35 @@ def _zip(tx, args, kwargs):
 
 def _lazy_columns(tx: Tracer, args: list[Var]) -> list[list[Var]]:
     """The items a lazy builtin (enumerate, zip, map, filter) may read from each argument:
-    an iterator's are left unconsumed (`_lazily_reads` links them)."""
-    columns = []
+    an iterator's are left unconsumed (`_lazily_reads` links them). An endless iterator
+    (itertools.count) gives one item more than the longest other argument, so it is never
+    the one that runs short."""
+    read_once(args)
+    columns: list[list[Var] | None] = []
     for a in args:
-        if isinstance(a, IteratorVar):
+        if isinstance(a, EndlessIteratorVar):
+            columns.append(None)
+        elif isinstance(a, IteratorVar):
             generators.check_read(tx, a)
             columns.append(a.items[a.index :])
         else:
             columns.append(unpack_iterable(tx, a))
+    finite = [len(c) for c in columns if c is not None]
+    if not finite:
+        raise Break("zip() or map() over endless iterators only never stops", "unsupported")
+    for k, a in enumerate(args):
+        if columns[k] is None:
+            a.extend(a.index + max(finite) + 1)
+            columns[k] = a.items[a.index :]
     return columns
+
+
+def read_once(args: list[Var]) -> None:
+    """One iterator passed twice (`zip(it, it)`) is read in turns by the two places, which
+    items computed ahead per argument do not model: the call runs in Python."""
+    seen = [a for a in args if isinstance(a, IteratorVar)]
+    if len({id(a) for a in seen}) < len(seen):
+        raise Break("one iterator read lazily as two arguments runs in Python", "unsupported")
 
 
 def _lazily_reads(
@@ -357,6 +378,7 @@ def _lazily_reads(
             steps = list(range(n + 1))
             final = (base + n + 1, False) if j < short else (base + n, j == short)
         out.links.append((a, [base + k for k in steps], final))
+        out.made_at = tx.root_pc
     return generators.follow(tx, out, args, own)
 
 

@@ -1,10 +1,9 @@
 """Constructing objects during tracing: named tuples, argument-free torch.nn modules,
-partials, tensors of the legacy constructors (torch.LongTensor([...]) as torch.tensor), and
+tensors of the legacy constructors (torch.LongTensor([...]) as torch.tensor), and
 instances of plain Python classes whose __init__ is inlined."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,6 @@ from compiler.tracer.variables import (
     FunctionVar,
     ListVar,
     ObjVar,
-    PartialVar,
     TupleVar,
     Var,
     as_python_constant,
@@ -69,8 +67,6 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
         return builtin_fns.fold(tx, cls, args, kwargs)
     if is_simple_exception_class(cls) and not kwargs:
         return ExceptionVar(cls, list(args))
-    if cls is functools.partial and args:
-        return PartialVar(args[0], list(args[1:]), dict(kwargs))
     if objects.is_plain_class(cls):
         obj = objects.new_instance(cls)
         init = inspect.getattr_static(cls, "__init__")

@@ -105,7 +105,7 @@ def follow(
         None,
     )
     out.generator = inherited or own
-    if out.generator is not None:
+    if out.generator is not None or out.links:
         tx.generators.append(out)
     return out
 
@@ -116,6 +116,8 @@ def check_read(tx: Tracer, it: IteratorVar) -> None:
     if isinstance(it.seq, DictVar) and len(it.seq.items) != len(it.items):
         message = ConstVar("dictionary changed size during iteration")
         raise Raised(ExceptionVar(RuntimeError, [message]))
+    if it.index < len(it.items):
+        _check_links(it)
     gen = it.generator
     if gen is None or it.index >= len(it.items):
         return
@@ -127,6 +129,20 @@ def check_read(tx: Tracer, it: IteratorVar) -> None:
         )
 
 
+def _check_links(it: IteratorVar) -> None:
+    """A lazy view (zip, map, islice over an iterator) computed its items ahead from where
+    the iterators it reads stood; if other code read one of them since, eager's view would
+    give other items: the view is made in Python."""
+    for source, positions, _ in it.links:
+        if source.index != positions[it.index]:
+            raise Restart(
+                it.made_at,
+                "an iterator that zip(), map() or an itertools function reads lazily was read "
+                "elsewhere in between; the lazy reader runs in Python",
+                "unsupported",
+            )
+
+
 def check_live(tx: Tracer, roots: list[Var]) -> None:
     """At the end of the trace: a generator left unfinished where Python code runs next (the
     frame's values at a break, a returned value, a container or cell written) would be
@@ -136,7 +152,17 @@ def check_live(tx: Tracer, roots: list[Var]) -> None:
         return
     reachable = {id(v) for v in _reachable(roots)}
     for it in unfinished:
-        if id(it) in reachable:
+        if id(it) in reachable and it.generator is None:
+            # a lazy view: rebuilt from its items, it no longer advances the iterators it
+            # reads, which Python code may go on to read (they are live, or the caller's)
+            if any(id(s) in reachable or s.source is not None for s, _, _ in it.links):
+                raise Restart(
+                    it.made_at,
+                    "a lazy reader of an iterator (zip, map, itertools) is not finished where "
+                    "the graph ends, and the iterator is read after it; it runs in Python",
+                    "unsupported",
+                )
+        elif id(it) in reachable:
             raise Restart(
                 it.generator.created_at,
                 f"generator {it.generator.name}() is not finished where the graph ends; it "

@@ -206,6 +206,7 @@ class IteratorVar(Var):
     # each with its index after this one gave k items (positions[k]), and its index and
     # whether it ran out after this one ran out.
     links: list[tuple[IteratorVar, list[int], tuple[int, bool]]] = field(default_factory=list)
+    made_at: int = 0  # with links: the root-frame instruction that made it
 
     def move(self, index: int, exhausted: bool = False) -> None:
         """Consumed up to `index`, and then found empty if `exhausted`: the iterators it
@@ -216,6 +217,28 @@ class IteratorVar(Var):
                 source.move(*final)
             else:
                 source.move(positions[index])
+
+
+@dataclass(eq=False)
+class EndlessIteratorVar(IteratorVar):
+    """`itertools.count(start, step)` or `itertools.repeat(value)`: an iterator that never
+    runs out, its items made as far as it is read (always one item ahead of `index`)."""
+
+    maker: Any = None  # itertools.count or itertools.repeat
+    # the arguments that make it again `n` items in, the first of which is its next item
+    args_at: Callable[[int], list[Var]] | None = None
+
+    def __post_init__(self) -> None:
+        self.extend(self.index + 1)
+
+    def extend(self, n: int) -> None:
+        """Items made up to position `n` (a reader that takes `n` items at once: zip)."""
+        while len(self.items) < n:
+            self.items.append(self.args_at(len(self.items))[0])
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        super().move(index, exhausted)
+        self.extend(index + 1)
 
 
 @dataclass(eq=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from compiler.tracer import operations as ops
@@ -95,9 +96,11 @@ class ImportName:
     def traced(tx, frame, ins):
         fromlist = ops.as_python_constant_or_none(tx.pop(frame))
         level = ops.as_python_constant_or_none(tx.pop(frame))
-        name = ins.argval
-        if level != 0 or name not in sys.modules:
-            raise Break(f"import {name} runs in Python (the module is not imported yet)", "import")
+        name = _absolute_name(ins.argval, level, frame.globals)
+        if name is None or name not in sys.modules or _imports_submodule(name, fromlist):
+            raise Break(
+                f"import {ins.argval} runs in Python (the module is not imported yet)", "import"
+            )
         module = sys.modules[name] if fromlist else sys.modules[name.split(".")[0]]
         tx.push(frame, ObjVar(module))
 
@@ -105,6 +108,36 @@ class ImportName:
         fromlist = f.stack.pop()
         level = f.stack.pop()
         f.stack.append(__import__(ins.argval, f.globals, None, fromlist, level))
+
+
+def _absolute_name(name: str, level: int, globals_: dict) -> str | None:
+    """The module `import` names: a relative import (`from . import x` in a function of a
+    package module) resolved against the importing module's package as __import__ does;
+    None where __import__ would raise (it then raises in Python)."""
+    if not level:
+        return name
+    package = globals_.get("__package__")
+    if package is None:
+        spec = globals_.get("__spec__")
+        module = globals_.get("__name__", "")
+        package = spec.parent if spec is not None else module.rpartition(".")[0]
+    if not package:
+        return None
+    try:
+        return importlib.util.resolve_name("." * level + name, package)
+    except (ImportError, ValueError):
+        return None
+
+
+def _imports_submodule(name: str, fromlist: tuple | None) -> bool:
+    """`from package import name` where `name` is a submodule not imported yet: importing
+    it runs the module's code."""
+    module = sys.modules[name]
+    return any(
+        not hasattr(module, item) and f"{name}.{item}" not in sys.modules
+        for item in fromlist or ()
+        if item != "*"
+    )
 
 
 @opcode("IMPORT_FROM")

@@ -1,10 +1,9 @@
 """Functions and closures: Python functions (real, or made by MAKE_FUNCTION in the trace),
-bound methods, methods of tensors and containers called by name, functools.partial objects,
-closure cells, and the NULL pushed below a callable."""
+bound methods, methods of tensors and containers called by name, closure cells, and the
+NULL pushed below a callable."""
 
 from __future__ import annotations
 
-import functools
 import types
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,6 @@ from compiler.tracer.variables import (
     MethodVar,
     NullVar,
     ObjVar,
-    PartialVar,
     Var,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
@@ -154,12 +152,6 @@ def _rebuild(em: Emitter, fn: FunctionVar) -> str:
     return made
 
 
-def _partial_rebuild(em: Emitter, p: PartialVar) -> str:
-    args = "".join(f"{em.expr(a)}, " for a in p.args)
-    kwargs = "".join(f"{k}={em.expr(a)}, " for k, a in p.kwargs.items())
-    return f"{em.ref(functools.partial, 'cls')}({em.expr(p.func)}, {args}{kwargs})"
-
-
 def _always(tx: Tracer, v: Var) -> bool:
     return True
 
@@ -185,13 +177,6 @@ VALUE_OPS[AttrCallVar] = ValueOps(
     call=lambda tx, m, args, kwargs: calls.call_method(tx, m.obj, m.name, args, kwargs),
     truth=_always,
     rebuild=lambda em, m: f"getattr({em.expr(m.obj)}, {m.name!r})",
-)
-
-VALUE_OPS[PartialVar] = ValueOps(
-    call=lambda tx, p, args, kwargs: calls.call(
-        tx, p.func, [*p.args, *args], {**p.kwargs, **kwargs}
-    ),
-    rebuild=_partial_rebuild,
 )
 
 VALUE_OPS[CellVar] = ValueOps(

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from compiler import optim
+from compiler.records import ControlRecord
 from compiler.support.autocast import AutocastRestore
-from compiler.tracer import reconstruct
+from compiler.tracer import builtin_fns, reconstruct
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.values.tensors import BACKWARD_REASON
@@ -22,6 +23,8 @@ from compiler.tracer.variables import (
     GradModeVar,
     ObjVar,
     Var,
+    as_python_constant,
+    is_python_constant,
 )
 
 if TYPE_CHECKING:
@@ -37,8 +40,6 @@ _AUTOGRAD_REASONS = {
 }
 # torch functions with effects outside the graph: calling one ends the graph.
 _STATEFUL_TORCH_NAMES = (
-    "manual_seed",
-    "seed",
     "save",
     "load",
     "backward",
@@ -47,11 +48,24 @@ _STATEFUL_TORCH_NAMES = (
 )
 
 
+# Seeding the global generator runs between graphs, as under torch.compile (which skips
+# torch.manual_seed): the random ops of a graph are calls of torch's own kernels, in program
+# order, which draw from the global generator; a seed set inside a graph would need the code
+# generator to keep a seeding call ordered among them, which it does not do.
+_SEED_REASON = (
+    "torch.{name} sets the global random generator's state: it runs in Python between "
+    "graphs, so the random ops after it, in the next graph, draw eager's numbers"
+)
+_SEEDING = {"manual_seed", "seed", "set_rng_state"}
+
+
 def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     reason = _AUTOGRAD_REASONS.get(fn)
     if reason is not None:
         raise Break(reason, "autograd_engine")
     name = getattr(fn, "__name__", "")
+    if name in _SEEDING:
+        raise Break(_SEED_REASON.format(name=name), "global_state")
     if name in _STATEFUL_TORCH_NAMES or name.startswith("set_") or name.startswith("_set_"):
         raise Break(f"torch.{name} changes global state; it runs in Python", "global_state")
     return tx.builder.call("call_function", fn, args, kwargs)
@@ -85,6 +99,47 @@ def lr_scheduler_reason(method: str) -> str:
             "compiled optimizer step reads as a tensor input (a new lr does not recompile)"
         )
     return f"lr_scheduler.{method}() runs in Python: torch.optim is not traced"
+
+
+# ---- TorchScript queries and profiler regions: constants and no-ops while tracing -----------
+
+
+def _returns(value: object) -> Callable:
+    return lambda tx, args, kwargs: ConstVar(value)
+
+
+def _annotate(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return args[1] if len(args) > 1 else kwargs["the_value"]
+
+
+def _profiler_region(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`with record_function(name):` opens no region in the graph (a context that changes
+    nothing), as under torch.compile; the entry's record says so."""
+    name = args[0] if args else kwargs.get("name")
+    target = (
+        repr(as_python_constant(name)) if name is not None and is_python_constant(name) else "?"
+    )
+    control = ControlRecord(
+        "record_function",
+        target,
+        "a profiler region, traced as a no-op as torch.compile does: a profile shows the "
+        "compiled graph's kernels, not this region",
+        tx.builder.line,
+    )
+    if control not in tx.builder.controls:
+        tx.builder.controls.append(control)
+    return GradModeVar(None)
+
+
+builtin_fns.SPECIAL.update(
+    {
+        torch.jit.is_scripting: _returns(False),
+        torch.jit.is_tracing: _returns(False),
+        torch._C._get_tracing_state: _returns(None),
+        torch.jit.annotate: _annotate,
+        torch.autograd.profiler.record_function: _profiler_region,
+    }
+)
 
 
 # ---- grad-mode and autocast contexts ------------------------------------------------------------

@@ -1,0 +1,163 @@
+"""torch's TorchScript queries, profiler regions and random-generator state in traced code.
+
+record_function regions and the TorchScript queries stay in one graph, as under
+torch.compile. Seeding the global generator (manual_seed, seed, set_rng_state) breaks the
+graph, as torch.compile does: it runs between graphs, and the random ops after it draw
+eager's numbers from the global generator. The RNG tests below compare the exact values
+with eager, from the same seed on both sides, and the generator's state after the call."""
+
+import pytest
+import torch
+from torch.autograd.profiler import record_function
+
+import compiler
+
+from .helpers import Cases, RecordingBackend, T, assert_explain, assert_same, check
+
+case = Cases()
+
+
+@case(T(3), graphs=1, breaks=0)
+def record_function_region(x):
+    with record_function("my_region"):
+        y = x + 1
+    return y * 2
+
+
+@case(T(3), graphs=1, breaks=0)
+def nested_profiler_regions(x):
+    with torch.profiler.record_function("outer"):
+        with torch.autograd.profiler.record_function("inner"):
+            x = x.sin()
+        x = x * 3
+    return x
+
+
+@case(T(3), graphs=1, breaks=0)
+def jit_queries_are_false(x):
+    if torch.jit.is_scripting() or torch.jit.is_tracing():
+        return x
+    return x + 1
+
+
+@case(T(3), graphs=1, breaks=0)
+def jit_annotate_is_identity(x):
+    y = torch.jit.annotate(torch.Tensor, x * 2)
+    n = torch.jit.annotate(int, 3)
+    return y + n
+
+
+@case(
+    T(3),
+    graphs=1,
+    breaks=0,
+    xfail="subscripting a class or a typing alias (list[torch.Tensor]) is not traced yet "
+    "(values/user_objects.py)",
+)
+def jit_annotate_generic_type(x):
+    z: list[torch.Tensor] = torch.jit.annotate(list[torch.Tensor], [])
+    z.append(x * 2)
+    return z[0] + 1
+
+
+@case(T(3), graphs=1, breaks=0)
+def no_tracing_state(x):
+    if torch._C._get_tracing_state() is None:
+        return x - 1
+    return x
+
+
+@pytest.mark.parametrize("fn,factories,expect", case)
+def test_torch_state(fn, factories, expect):
+    check(fn, *factories, **expect)
+
+
+def test_record_function_is_recorded():
+    def f(x):
+        with record_function("region"):
+            return x + 1
+
+    compiled = compiler.compile(f, backend="eager")
+    compiled(torch.randn(3))
+    controls = [c for e in compiler.inspect(compiled).entries for c in e.controls]
+    assert any(c.kind == "record_function" and c.target == "'region'" for c in controls)
+
+
+# ---- the global random generator ----------------------------------------------------------
+
+
+def _same_stream(fn, *shapes, graphs, breaks, backend=None, **tol):
+    """`fn` compiled gives eager's random numbers from the same seed, and leaves the global
+    generator where eager leaves it (the next draw after the call is the same)."""
+    recording = RecordingBackend()
+    compiled = compiler.compile(fn, backend=backend or recording)
+    for call in range(2):
+        x = [torch.randn(s) for s in shapes]
+        torch.manual_seed(100 + call)
+        expected, after = fn(*x), torch.rand(4)
+        torch.manual_seed(100 + call)
+        actual, actual_after = compiled(*x), torch.rand(4)
+        assert_same(expected, actual, f"call {call}: out", **(tol or {"rtol": 0, "atol": 0}))
+        assert torch.equal(after, actual_after), f"call {call}: the generator after the call"
+    if backend is None:
+        assert_explain(
+            fn, [lambda s=s: torch.randn(s) for s in shapes], graphs=graphs, breaks=breaks
+        )
+
+
+def seed_then_rand(x):
+    torch.manual_seed(0)
+    return x + torch.rand(3)
+
+
+def rand_seed_rand(x):
+    a = torch.rand(3)
+    torch.random.manual_seed(1)
+    return x + a * torch.randn(3), torch.rand(2)
+
+
+def rng_state_restored(x):
+    state = torch.get_rng_state()
+    a = torch.rand(3)
+    torch.set_rng_state(state)
+    return x + a - torch.rand(3)
+
+
+def rng_state_read(x):
+    state = torch.get_rng_state()
+    return x * torch.rand(3), state
+
+
+def several_random_ops(x):
+    a = torch.rand(3)
+    b = torch.randn(3) * 2
+    noise = torch.nn.functional.dropout(x, 0.5)
+    return x + b, a, noise, torch.randint(0, 10, (4,))
+
+
+@pytest.mark.parametrize(
+    "fn,graphs,breaks",
+    [
+        (seed_then_rand, 1, 1),
+        (rand_seed_rand, 2, 1),
+        (rng_state_restored, 2, 1),
+        (rng_state_read, 1, 0),
+        (several_random_ops, 1, 0),
+    ],
+)
+def test_random_stream_matches_eager(fn, graphs, breaks):
+    _same_stream(fn, (3,), graphs=graphs, breaks=breaks)
+
+
+@pytest.mark.parametrize("fn", [seed_then_rand, rand_seed_rand, several_random_ops])
+def test_random_stream_matches_eager_generated_code(fn):
+    """The same through our code generator (random ops run as torch's kernels, in order);
+    fused arithmetic around them may round differently, a draw from elsewhere would not."""
+    _same_stream(fn, (3,), graphs=None, breaks=None, backend="inductor", rtol=1e-5, atol=1e-6)
+
+
+def test_seed_break_names_the_global_state():
+    out = compiler.explain(seed_then_rand)(torch.randn(3))
+    (reason,) = out.break_reasons
+    assert reason.kind == "global_state"
+    assert "random generator" in reason.reason

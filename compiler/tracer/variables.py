@@ -75,6 +75,7 @@ class ListVar(Var):
     mutated: bool = False  # an outside list changed during the trace: replayed after the graph
     version: int = 0  # changes made in the trace (generators.py)
     cls: type = list  # list, or torch.nn.ModuleList for a slice of one (made from a list)
+    view_of: Any = None  # (DictVar, "values" or "items"): a dict view (values/containers.py)
 
 
 @dataclass(eq=False)
@@ -120,6 +121,7 @@ class DictVar(Var):
     mutated: bool = False
     version: int = 0  # changes made in the trace (generators.py)
     default: Var | None = None  # a defaultdict's default_factory (values/containers.py)
+    views: list[Var] = field(default_factory=list)  # its keys/values/items views, kept live
 
 
 @dataclass(eq=False)
@@ -133,6 +135,7 @@ class SetVar(Var):
     mutated: bool = False  # an outside set changed during the trace: replayed after the graph
     version: int = 0  # changes made in the trace (generators.py)
     keys: Any = None  # the real set of the items' keys, changed as eager's (values/sets.py)
+    view_of: Any = None  # (DictVar, "keys"): a dict's keys view (values/containers.py)
 
 
 @dataclass(eq=False)

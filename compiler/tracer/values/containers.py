@@ -155,6 +155,9 @@ def _tuple_attr(tx: Tracer, t: TupleVar, name: str) -> Var:
 
 
 def _list_rebuild(em: Emitter, lst: ListVar) -> str:
+    if lst.view_of is not None:  # the rebuilt dict's own view: live, of eager's type
+        d, kind = lst.view_of
+        return f"{em.expr(d)}.{kind}()"
     items = "[" + ", ".join(em.expr(i) for i in lst.items) + "]"
     return items if lst.cls is list else f"{em.ref(lst.cls, 'cls')}({items})"
 
@@ -230,6 +233,7 @@ def _missing(tx: Tracer, d: DictVar, key: Any, index: Var) -> Var:
         raise Raised(ExceptionVar(KeyError, [index]))
     value = calls.call(tx, d.default, [], {})
     operations.mutable_dict(tx, d).items[key] = value
+    refresh_views(d)
     return value
 
 
@@ -239,6 +243,7 @@ def _dict_change(change: Callable[[Tracer, dict, list[Var], dict[str, Var]], Any
 
     def method(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         out = change(tx, operations.mutable_dict(tx, d).items, args, kwargs)
+        refresh_views(d)
         return ConstVar(None) if out is None else out
 
     return method
@@ -272,14 +277,46 @@ def _dict_setdefault(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str,
     return items.setdefault(key, args[1] if len(args) > 1 else ConstVar(None))
 
 
+def _view_items(d: DictVar, kind: str) -> list[Var]:
+    if kind == "keys":
+        return [ConstVar(k) for k in d.items]
+    if kind == "values":
+        return list(d.items.values())
+    return [TupleVar([ConstVar(k), v]) for k, v in d.items.items()]
+
+
+def _view(kind: str) -> Method:
+    """`d.keys()`, `d.values()`, `d.items()`: views that follow the dict's later changes (a
+    snapshot read after `d[k] = v` missed k), rebuilt as the rebuilt dict's own views. A
+    keys view compares and combines as a set, and iterates in insertion order."""
+
+    def method(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        items = _view_items(d, kind)
+        view = (
+            SetVar(items, cls=KEYS_VIEW, view_of=(d, kind))
+            if kind == "keys"
+            else ListVar(items, view_of=(d, kind))
+        )
+        d.views.append(view)
+        return view
+
+    return method
+
+
+def refresh_views(d: DictVar) -> None:
+    """After a change of `d` in the trace: its views show the change, as eager's do."""
+    for view in d.views:
+        _, kind = view.view_of
+        view.items[:] = _view_items(d, kind)
+        if isinstance(view, SetVar):
+            view.keys = None  # recomputed from the items when next needed (values/sets.py)
+
+
 DICT_METHODS: dict[str, Method] = {
-    "items": lambda tx, d, args, kwargs: ListVar(
-        [TupleVar([ConstVar(k), v]) for k, v in d.items.items()]
-    ),
-    # a keys view compares and combines as a set, and iterates in insertion order
-    "keys": lambda tx, d, args, kwargs: SetVar([ConstVar(k) for k in d.items], cls=KEYS_VIEW),
+    "items": _view("items"),
+    "keys": _view("keys"),
     "__iter__": lambda tx, d, args, kwargs: IteratorVar([ConstVar(k) for k in d.items], seq=d),
-    "values": lambda tx, d, args, kwargs: ListVar(list(d.items.values())),
+    "values": _view("values"),
     "get": _dict_get,
     "copy": lambda tx, d, args, kwargs: DictVar(dict(d.items), cls=d.cls, default=d.default),
     "__getitem__": _dict_getitem_method,
@@ -324,6 +361,7 @@ def _dict_setitem_op(tx: Tracer, d: DictVar, index: Var, value: Var) -> Any:
     if d.cls is not dict:
         return NotImplemented
     operations.mutable_dict(tx, d).items[operations.dict_key(index)] = value
+    refresh_views(d)
     return None
 
 
@@ -337,6 +375,7 @@ def _dict_binary(tx: Tracer, op: Callable, a: DictVar, b: Var) -> Var:
     # `|=` changes the dict in place (every reference sees it); `|` makes a new one
     if a.cls is dict and op is operator.ior and isinstance(b, DictVar):
         operations.mutable_dict(tx, a).items.update(b.items)
+        refresh_views(a)
         return a
     if isinstance(b, DictVar) and op in (operator.or_, operator.ior):
         return DictVar({**a.items, **b.items})

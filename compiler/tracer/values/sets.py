@@ -300,6 +300,8 @@ def _iterate(tx: Tracer, s: SetVar) -> list[Var]:
 
 
 def _rebuild(em: Emitter, s: SetVar) -> str:
+    if s.view_of is not None:  # the rebuilt dict's own keys view: live, of eager's type
+        return f"{em.expr(s.view_of[0])}.keys()"
     items = "{" + ", ".join(em.expr(i) for i in s.items) + "}" if s.items else "set()"
     return f"frozenset({items})" if s.cls is frozenset else items
 

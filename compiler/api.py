@@ -15,6 +15,7 @@ from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
 from compiler.export import ExportResult, export
 from compiler.records import CompiledReport, GraphRecord, compiling_graph, current_graph
+from compiler.support.sharing import sharing_state
 from compiler.tracer.breaks import Unsupported
 from compiler.tracer.evaluator import CompileConfig, CompileContext, reset_all, run_function
 
@@ -226,20 +227,7 @@ def _compile_module(mod: torch.nn.Module, ctx: CompileContext, run: Callable) ->
         return run(ctx, _call_bound, (forward, *args), kwargs)
 
     compiled_forward._compiled_forward = True
-    compiled_cls = type(
-        cls.__name__,
-        (cls,),
-        {
-            "forward": compiled_forward,
-            "_orig_mod": mod,
-            "__compiled__": ctx,
-            "__module__": cls.__module__,
-        },
-    )
-    compiled_cls.__qualname__ = cls.__qualname__
-    compiled = object.__new__(compiled_cls)
-    compiled.__dict__ = mod.__dict__
-    return compiled
+    return sharing_state(mod, ctx, {"forward": compiled_forward})
 
 
 def _call_bound(forward: Callable, *args, **kwargs):

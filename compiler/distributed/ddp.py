@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from compiler.distributed.buckets import BucketCaps
+from compiler.support.sharing import sharing_state
 from compiler.tracer.evaluator import CompileConfig, CompileContext
 
 CompileModule = Callable[[torch.nn.Module, CompileContext], torch.nn.Module]
@@ -38,21 +39,7 @@ def compile_ddp(
         with self._inside_ddp_forward():
             return inner(*inputs, **kwargs)
 
-    cls = type(ddp)
-    compiled_cls = type(
-        cls.__name__,
-        (cls,),
-        {
-            "_run_ddp_forward": _run_ddp_forward,
-            "_orig_mod": ddp,
-            "__compiled__": ctx,
-            "__module__": cls.__module__,
-        },
-    )
-    compiled_cls.__qualname__ = cls.__qualname__
-    compiled = object.__new__(compiled_cls)
-    compiled.__dict__ = ddp.__dict__
-    return compiled
+    return sharing_state(ddp, ctx, {"_run_ddp_forward": _run_ddp_forward})
 
 
 def bucket_caps(ddp: DistributedDataParallel) -> BucketCaps:

@@ -429,7 +429,9 @@ class _Compiled:
         loaded = dict(zip(unique, emitter.load_many(list(unique.values()), self.mode)))
         by_kernel_name = {k.name: name for name, k in kernels.items()}
         warm = [
-            (loaded[k.name], warm_up_dtypes(k, sched)) for k in sched.kernels if k.name in unique
+            (loaded[g.name], signatures[kernels[g.name].name])
+            for g in sched.kernels
+            if g.name in unique
         ]
         for note in emitter.warm_up(warm, device):
             if note not in self.record.notes:

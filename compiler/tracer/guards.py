@@ -67,7 +67,9 @@ class GuardSet:
     _seen: set[tuple[str, str]] = field(default_factory=set)
     _names: dict[int, str] = field(default_factory=dict)
 
-    def _ref(self, obj: Any, hint: str) -> str:
+    def reference(self, obj: Any, hint: str) -> str:
+        """A name the guards read `obj` by, kept in their namespace (also a source for an
+        object no local or global reaches: the cell of a method found on a class)."""
         key = id(obj)
         name = self._names.get(key)
         if name is None:
@@ -75,11 +77,6 @@ class GuardSet:
             self._names[key] = name
             self.namespace[name] = obj
         return name
-
-    def reference(self, obj: Any, hint: str) -> str:
-        """A name the guards read `obj` by: a source for an object no local or global reaches
-        (the cell of a method found on a class)."""
-        return self._ref(obj, hint)
 
     def add(
         self, kind: str, source: str, expr: str, description: str, line: SourceLine | None
@@ -97,8 +94,8 @@ class GuardSet:
     ) -> None:
         """The checks of a tensor input; `shape=False` for one with symbolic sizes, whose
         shape and stride checks come from compiler/tracer/shapes.py."""
-        type_ref = self._ref(type(t), "type")
-        dtype_ref = self._ref(t.dtype, "dtype")
+        type_ref = self.reference(type(t), "type")
+        dtype_ref = self.reference(t.dtype, "dtype")
         checks = [
             (f"type({source}) is {type_ref}", f"{source} is a {type(t).__name__}"),
             (f"{source}.dtype is {dtype_ref}", f"{source} has dtype {t.dtype}"),
@@ -106,7 +103,7 @@ class GuardSet:
         if t.device.type == "cpu":  # the same test as `.device == cpu`, without building a device
             checks.append((f"{source}.is_cpu", f"{source} is on cpu"))
         else:
-            device_ref = self._ref(t.device, "device")
+            device_ref = self.reference(t.device, "device")
             checks.append((f"{source}.device == {device_ref}", f"{source} is on {t.device}"))
         sizes = strides = None
         if shape:
@@ -127,14 +124,14 @@ class GuardSet:
         if isinstance(value, float) and math.isnan(value):
             self.add("CONSTANT_MATCH", source, f"{source} != {source}", f"{source} is nan", line)
             return
-        type_ref = self._ref(type(value), "type")
+        type_ref = self.reference(type(value), "type")
         if value is None or isinstance(value, bool):
             expr = f"{source} is {value!r}"
         elif type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
             # exact types only: the repr of a subclass (a str or int Enum) is not Python
             expr = f"type({source}) is {type_ref} and {source} == {value!r}"
         else:
-            ref = self._ref(value, "const")
+            ref = self.reference(value, "const")
             expr = f"type({source}) is {type_ref} and {source} == {ref}"
         self.add("CONSTANT_MATCH", source, expr, f"{source} == {value!r}", line)
 
@@ -143,7 +140,7 @@ class GuardSet:
         dilation): one check that it is the same tuple object, with its elements compared
         (exact types) only when it is another one. Per element that was a length, a read,
         a type and a value check: about a quarter of resnet18's guard function."""
-        ref = self._ref(value, "const")
+        ref = self.reference(value, "const")
         self.namespace["___same_constant"] = same_constant
         self.add(
             "CONSTANT_MATCH",
@@ -159,11 +156,11 @@ class GuardSet:
             # `Cls.apply`, `obj.method`, `x.__add__`: each read binds a new method object, so
             # `is` would fail on every call (a recompile per call, then eager for good).
             # The same method is the same function bound to the same object.
-            type_ref = self._ref(type(obj), "type")
-            self_ref = self._ref(obj.__self__, "obj")
+            type_ref = self.reference(type(obj), "type")
+            self_ref = self.reference(obj.__self__, "obj")
             func = getattr(obj, "__func__", None)
             same_func = (
-                f"{source}.__func__ is {self._ref(func, 'obj')}"
+                f"{source}.__func__ is {self.reference(func, 'obj')}"
                 if func is not None
                 else f"{source}.__name__ == {obj.__name__!r}"
             )
@@ -175,7 +172,7 @@ class GuardSet:
                 line,
             )
             return
-        ref = self._ref(obj, "obj")
+        ref = self.reference(obj, "obj")
         self.add(
             "ID_MATCH", source, f"{source} is {ref}", f"{source} is the same {label} object", line
         )
@@ -203,7 +200,7 @@ class GuardSet:
         )
 
     def type_of(self, source: str, obj: Any, line: SourceLine | None = None, why: str = "") -> None:
-        ref = self._ref(type(obj), "type")
+        ref = self.reference(type(obj), "type")
         self.add(
             "TYPE_MATCH",
             source,
@@ -237,7 +234,7 @@ class GuardSet:
             self.length(source, obj, line)
 
     def grad_mode(self, enabled: bool) -> None:
-        ref = self._ref(torch.is_grad_enabled, "fn")
+        ref = self.reference(torch.is_grad_enabled, "fn")
         self.add(
             "GRAD_MODE",
             "torch.is_grad_enabled()",
@@ -251,7 +248,7 @@ class GuardSet:
         are read from them while tracing, so an entry traced under one state is wrong under
         another (`x + torch.ones(3)` is float64 after `set_default_dtype(torch.float64)`)."""
         dtype = torch.get_default_dtype()
-        get_dtype, dtype_ref = self._ref(torch.get_default_dtype, "fn"), self._ref(dtype, "dtype")
+        get_dtype, dtype_ref = self.reference(torch.get_default_dtype, "fn"), self.reference(dtype, "dtype")
         self.add(
             "DEFAULT_DTYPE",
             "torch.get_default_dtype()",
@@ -259,12 +256,12 @@ class GuardSet:
             f"the default dtype is {dtype}",
             None,
         )
-        any_autocast = self._ref(torch._C._is_any_autocast_enabled, "fn")
+        any_autocast = self.reference(torch._C._is_any_autocast_enabled, "fn")
         if not torch._C._is_any_autocast_enabled():
             self.add("AUTOCAST", "autocast", f"not {any_autocast}()", "autocast is off", None)
             return
         state = autocast_state()
-        ref, state_ref = self._ref(autocast_state, "fn"), self._ref(state, "state")
+        ref, state_ref = self.reference(autocast_state, "fn"), self.reference(state, "state")
         shown = ", ".join(f"{d} {t}" for d, on, t in state if on)
         self.add(
             "AUTOCAST", "autocast", f"{ref}() == {state_ref}", f"autocast is on ({shown})", None
@@ -384,7 +381,7 @@ def compile_guards(guard_set: GuardSet, name: str, L: dict, G: dict) -> Compiled
     from compiler.runtime import cpp_ext
 
     plan = AccessPlan(
-        [g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set._ref
+        [g.source for g in guard_set.guards], guard_set.namespace, L, G, guard_set.reference
     )
     checks = _ordered_checks(guard_set, plan)
     checker = cpp_ext.checker_class()

@@ -11,8 +11,9 @@ Which dimensions, as torch.compile decides them:
 - `dynamic=False`: only the marked dimensions.
 
 Sizes 0 and 1 are always specialised (broadcasting and empty tensors behave differently).
-Parameters and tensors read as an object's attribute (module buffers) stay static unless
-marked, as torch.compile keeps nn.Module state static.
+Parameters, and tensors and numbers read as an nn.Module's attribute or buffer, stay static
+unless marked, as torch.compile keeps nn.Module state static; those on any other object (a
+generation loop's KV cache and its step counter) follow the policy as arguments do.
 
 How: a dynamic input's fake tensor gets a SymInt per dynamic dimension, from one ShapeEnv per
 trace. Torch ops on fake tensors compute symbolic output shapes; Python code that looks at a
@@ -103,9 +104,27 @@ _QUOTED = re.compile(r"'[^']*'")
 
 
 def is_attribute_source(source: str) -> bool:
-    """`source` reads an object's attribute somewhere (a module's hyperparameter): its ints
-    stay constants whatever the dynamic policy."""
+    """`source` reads an object's attribute somewhere (a module's hyperparameter tuple, such
+    as a kernel size): guarded as a constant."""
     return "." in _QUOTED.sub("", source)
+
+
+# The last step of a source: `.name` or `[key]` (a key may be a quoted string with brackets).
+_LAST_STEP = re.compile(r"(\.\w+|\[(?:'[^']*'|\"[^\"]*\"|[^\]]*)\])$")
+_MODULE_TABLES = ("._parameters", "._buffers")
+
+
+def owner_source(source: str) -> str | None:
+    """The source of the object `source` reads from (`L['self'].bn` for
+    `L['self'].bn.running_mean` and for `L['self'].bn._buffers['running_mean']`), or None."""
+    found = _LAST_STEP.search(source)
+    if found is None or found.start() == 0:
+        return None
+    owner = source[: found.start()]
+    for table in _MODULE_TABLES:
+        if owner.endswith(table):
+            return owner[: -len(table)]
+    return owner
 
 
 @dataclass
@@ -117,9 +136,10 @@ class DynamicPolicy:
     automatic: bool = True  # config.automatic_dynamic_shapes
     observed: dict[str, tuple[int, ...]] = field(default_factory=dict)  # this compile's sizes
 
-    def dims(self, tensor: torch.Tensor, source: str) -> dict[int, str]:
-        """The dimensions of `tensor` (read from `source`) to trace symbolically, each with
-        why; sizes 0 and 1 are left out (always specialised)."""
+    def dims(self, tensor: torch.Tensor, source: str, module_state: bool) -> dict[int, str]:
+        """The dimensions of `tensor` (read from `source`; `module_state`: as an attribute or
+        buffer of an nn.Module) to trace symbolically, each with why; sizes 0 and 1 are left
+        out (always specialised)."""
         shape = tuple(tensor.shape)
         self.observed[source] = shape
         marked: dict[int, bool] = getattr(tensor, "_compiler_dynamic_dims", {})
@@ -127,7 +147,7 @@ class DynamicPolicy:
         prior = self.seen.get(source)
         if prior is not None and len(prior) != len(shape):
             prior = None
-        state_like = isinstance(tensor, torch.nn.Parameter) or "." in _QUOTED.sub("", source)
+        state_like = isinstance(tensor, torch.nn.Parameter) or module_state
         dims: dict[int, str] = {}
         for d, size in enumerate(shape):
             if d in static or size in (0, 1):
@@ -148,14 +168,15 @@ class DynamicPolicy:
                     )
         return dims
 
-    def int_dynamic(self, value: int, source: str) -> str | None:
+    def int_dynamic(self, value: int, source: str, module_state: bool) -> str | None:
         """Why the Python int read from `source` is traced as a symbol, or None to specialise
         on its value: with dynamic=True, or once it changed between compiles (an int local
-        that a graph break hands on, a size passed as an argument). Ints read as an object's
-        attribute (a module's hyperparameters) stay constants."""
+        that a graph break hands on, a size passed as an argument, a counter on a cache
+        object). Ints read as an nn.Module's attribute (its hyperparameters,
+        `module_state`) stay constants, as torch.compile keeps module state static."""
         key = f"int {source}"
         self.observed[key] = (value,)
-        if is_attribute_source(source):
+        if module_state:
             return None
         if self.dynamic is True:
             return "dynamic=True"
@@ -170,14 +191,14 @@ class DynamicPolicy:
                 )
         return None
 
-    def float_dynamic(self, value: float, source: str) -> str | None:
+    def float_dynamic(self, value: float, source: str, module_state: bool) -> str | None:
         """Why the Python float read from `source` is traced as a symbol, or None to
         specialise on its value: once it changed between compiles, as int_dynamic decides
         for ints (a `.item()` that a graph break hands on, a scale passed as an argument).
         dynamic=True alone does not make floats symbolic: it names sizes."""
         key = f"float {source}"
         self.observed[key] = (value,)
-        if is_attribute_source(source) or not self.automatic or self.dynamic is False:
+        if module_state or not self.automatic or self.dynamic is False:
             return None
         prior = self.seen.get(key)
         if prior is None:
@@ -298,15 +319,29 @@ class Shapes:
         self.symbols: dict[sympy.Symbol, _Symbol] = {}
         self.inputs: list[_DynamicInput] = []
         self.guard_lines: dict[int, SourceLine | None] = {}  # env.guards index -> user line
+        # the sources of the nn.Modules the trace read: what is read from them is module state
+        self.module_sources: set[str] = set()
         self._nodes: dict[sympy.Expr, tuple[Any, Any]] = {}
 
     # ---- inputs -------------------------------------------------------------------------
+
+    def module_state(self, source: str) -> bool:
+        """`source` reads an attribute, parameter or buffer of an nn.Module the trace read:
+        kept static (unless marked), as torch.compile keeps module state. A tensor or number
+        on any other object (a generation loop's KV cache, its step counter) follows the
+        dynamic policy as an argument does."""
+        owner = owner_source(source)
+        return owner is not None and owner in self.module_sources
 
     def fake_input(
         self, mode: Any, tensor: torch.Tensor, source: str, line: SourceLine | None
     ) -> tuple[torch.Tensor, bool]:
         """The fake tensor for an input, and whether it has symbolic sizes."""
-        dims = self.policy.dims(tensor, source) if self.policy is not None else {}
+        dims = (
+            self.policy.dims(tensor, source, self.module_state(source))
+            if self.policy is not None
+            else {}
+        )
         if not dims:
             return mode.from_tensor(tensor, static_shapes=True), False
         n = tensor.dim()
@@ -338,7 +373,11 @@ class Shapes:
 
     def int_input(self, value: int, source: str, line: SourceLine | None) -> torch.SymInt | None:
         """A symbolic int for a Python int input the policy makes dynamic, else None."""
-        why = self.policy.int_dynamic(value, source) if self.policy is not None else None
+        why = (
+            self.policy.int_dynamic(value, source, self.module_state(source))
+            if self.policy is not None
+            else None
+        )
         if why is None:
             return None
         sym = self.env.create_unspecified_symint_and_symbol(
@@ -354,7 +393,11 @@ class Shapes:
         """A symbolic float for a Python float input the policy makes dynamic, else None:
         an input of the graph (a 0-d tensor for backends that generate code,
         backends/scalars.py), guarded only by what the trace relied on."""
-        why = self.policy.float_dynamic(value, source) if self.policy is not None else None
+        why = (
+            self.policy.float_dynamic(value, source, self.module_state(source))
+            if self.policy is not None
+            else None
+        )
         if why is None:
             return None
         expr = self.env.create_unspecified_symbol(value, _Source(source), DimDynamic.DYNAMIC)

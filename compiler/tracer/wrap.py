@@ -170,6 +170,8 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         value, (torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType)
     ) or callable(value):
         guards.identity(source, value, line)
+        if isinstance(value, torch.nn.Module):
+            tx.builder.shapes.module_sources.add(source)
         return ObjVar(value, source)
     if _made_at_run_time(value):
         guards.type_of(source, value, line)

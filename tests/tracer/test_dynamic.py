@@ -144,6 +144,67 @@ def test_parameters_stay_static_under_dynamic_true():
     assert "weight.shape == (4, 16)" in entry.guard_source
 
 
+class KVCache:
+    """What a generation loop hands its model each step: a plain object whose tensors grow
+    along the sequence and whose counter goes up (transformers' DynamicCache)."""
+
+    def __init__(self):
+        self.keys = torch.randn(2, 4, 3)
+        self.seen = 3
+
+
+def attend_with_cache(q, cache):
+    cache.keys = torch.cat([cache.keys, q], dim=1)
+    cache.seen += q.shape[1]
+    scores = (q @ cache.keys.transpose(1, 2)).softmax(-1)
+    return scores @ cache.keys * cache.seen
+
+
+def test_tensors_and_ints_of_a_plain_object_become_dynamic_once_they_change():
+    # a tensor on an object that is not an nn.Module follows the dynamic policy as an
+    # argument does: one dynamic entry serves the growing cache (torch.compile's count),
+    # not a recompile per step until cache_size_limit sends the frame to eager
+    backend = RecordingBackend()
+    compiled = compiler.compile(attend_with_cache, backend=backend)
+    eager_cache, cache = KVCache(), KVCache()
+    cache.keys = eager_cache.keys.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compiler.CompilerWarning)
+        for step in range(12):
+            q = torch.randn(2, 1, 3)
+            expected = attend_with_cache(q, eager_cache)
+            assert_same(expected, compiled(q, cache), f"step {step}")
+            assert_same(eager_cache.keys, cache.keys, f"step {step}: the cache")
+            assert cache.seen == eager_cache.seen
+    entries = report(compiled).entries
+    assert len(entries) == 2 and backend.count == 2
+    targets = {c.target for c in entries[1].controls}
+    assert targets == {"L['cache'].keys.size(1)", "L['cache'].seen"}
+
+
+def test_buffers_and_ints_of_a_module_stay_static_when_they_change():
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("history", torch.zeros(2))
+            self.steps = 2
+
+        def forward(self, x):
+            return x * self.history.sum() + self.steps
+
+    m = Counter()
+    backend = RecordingBackend()
+    compiled = compiler.compile(m, backend=backend, dynamic=None)
+    for n in (3, 4, 5):
+        m.history = torch.randn(n)
+        m.steps = n
+        x = torch.randn(4)
+        assert_same(m.forward(x), compiled(x), f"{n}")
+    # module state is specialised as torch.compile specialises it: each change recompiles
+    entries = report(compiled).entries
+    assert len(entries) == 3 and all(not e.controls for e in entries)
+
+
 # ---- guards and control flow on sizes -----------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 from compiler import verify as verify_mode
-from compiler.backends.options import backend_options
+from compiler.backends.options import backend_options, mode_of_options
 from compiler.backends.registry import backend_name, list_backends, lookup_backend, register_backend
 from compiler.distributed import compile_distributed, ddp_aware
 from compiler.explain import ExplainOutput, explain_records
@@ -61,6 +61,8 @@ def compile(
         )
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    if backend == "inductor":  # a user backend's options are its own
+        mode, options = mode_of_options(mode, options), None
     backend_fn = lookup_backend(backend)  # unknown names fail here, with the list of known ones
     if model is None:
         return lambda m: compile(

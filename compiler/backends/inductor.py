@@ -68,8 +68,9 @@ def compile_fx(
 ) -> Callable:
     """Compile `gm` for inputs like `example_inputs`; returns a callable taking the same
     positional tensors and returning what `gm` returns. `mode`: None/"default",
-    "reduce-overhead" (CUDA graphs) or "max-autotune"; `options` is accepted for the API's
-    sake and has no keys yet. A failure of the code generator runs the graph eagerly unless
+    "reduce-overhead" (CUDA graphs) or "max-autotune" (Triton configs timed on the first
+    call; "max-autotune-no-cudagraphs" is the same here); `compile(options=...)` arrives as
+    the mode it names (backends/options.py), so `options` is a user backend's own. A failure of the code generator runs the graph eagerly unless
     `strict` (fullgraph=True), COMPILER_STRICT=1 or config.suppress_errors=False, which
     raise it."""
     record = current_graph()

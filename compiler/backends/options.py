@@ -9,6 +9,36 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+# torch.compile's `options=` for its inductor backend that have a meaning here, each as the
+# mode whose behaviour it names; inductor's other settings have no counterpart in our code
+# generator, so a name outside this table is refused rather than silently ignored.
+OPTION_MODES: dict[str, str] = {
+    "triton.cudagraphs": "reduce-overhead",
+    "max_autotune": "max-autotune",
+}
+
+
+def mode_of_options(mode: str | None, options: dict[str, Any] | None) -> str | None:
+    """The mode `compile(..., mode=mode, options=options)` compiles in with the "inductor"
+    backend. As torch.compile, mode and options do not go together."""
+    if not options:
+        return mode
+    unknown = [name for name in options if name not in OPTION_MODES]
+    if unknown:
+        raise ValueError(
+            f"unknown option {unknown[0]!r} for the inductor backend; the options are "
+            + ", ".join(f"{name!r} (as mode={m!r})" for name, m in OPTION_MODES.items())
+        )
+    if mode not in (None, "default"):
+        raise ValueError("pass mode or options, not both (as torch.compile)")
+    chosen = [OPTION_MODES[name] for name, on in options.items() if on]
+    if len(chosen) > 1:
+        raise ValueError(
+            f"options {', '.join(repr(n) for n, on in options.items() if on)} pick different "
+            f"modes ({' and '.join(chosen)}); choose one"
+        )
+    return chosen[0] if chosen else mode
+
 
 @dataclass(frozen=True)
 class BackendOptions:

@@ -83,7 +83,7 @@ class TritonKernel:
             k: kernel.config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in kernel.config
         }
         self.key = key
-        self.autotune = mode == "max-autotune" and not INTERPRET
+        self.autotune = mode in ("max-autotune", "max-autotune-no-cudagraphs") and not INTERPRET
         if self.autotune:
             tuned = read_tuned(self._tuned_path(), self.config)
             if tuned is not None:

@@ -127,6 +127,63 @@ def test_wrapped_inductor_compiles_in_the_users_mode(monkeypatch):
     assert current_options().mode is None  # nothing leaks past the compile
 
 
+@pytest.mark.parametrize(
+    "options, mode",
+    [
+        ({"triton.cudagraphs": True}, "reduce-overhead"),
+        ({"max_autotune": True}, "max-autotune"),
+        ({"max_autotune": False}, None),
+    ],
+)
+def test_inductor_options_compile_in_the_mode_they_name(monkeypatch, options, mode):
+    from compiler.backends import inductor as compile_fx_module
+
+    modes = []
+    real = compile_fx_module.compile_fx
+
+    def spy(gm, example_inputs, mode=None, options=None, **kwargs):
+        modes.append((mode, options))
+        return real(gm, example_inputs, mode=mode, options=options, **kwargs)
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx", spy)
+    compiled = compiler.compile(sin_cos, options=options)
+    _check(sin_cos, compiled, *_inputs())
+    assert modes == [(mode, None)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"options": {"bogus": 1}}, "unknown option 'bogus' for the inductor backend"),
+        ({"options": {"epilogue_fusion": False}}, "unknown option 'epilogue_fusion'"),
+        (
+            {"options": {"max_autotune": True}, "mode": "reduce-overhead"},
+            "pass mode or options, not both",
+        ),
+        (
+            {"options": {"max_autotune": True, "triton.cudagraphs": True}},
+            "pick different modes",
+        ),
+    ],
+)
+def test_inductor_options_it_cannot_honour_are_refused_by_name(kwargs, message):
+    # silently ignoring an option a torch.compile user relied on would be a silent change
+    with pytest.raises(ValueError, match=message):
+        compiler.compile(sin_cos, **kwargs)
+
+
+def test_a_user_backends_options_are_its_own():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(current_options().options)
+        return gm.forward
+
+    compiled = compiler.compile(sin_cos, backend=backend, options={"anything": 3})
+    _check(sin_cos, compiled, *_inputs())
+    assert seen == [{"anything": 3}]
+
+
 def test_unknown_backend_lists_the_registered_ones():
     @compiler.register_backend(name="listed_in_the_error")
     def _mine(gm, example_inputs):

@@ -93,7 +93,17 @@ def compile(
     )
     ctx = CompileContext(config)
     if isinstance(model, torch.nn.Module):
-        compile_module = functools.partial(_compile_module, run=run)
+        # pickling a compiled module (torch.save(model)) stores the original and these
+        # arguments, and loading compiles it again: compiled code and caches are not state
+        remake = functools.partial(
+            _compile_again,
+            backend=backend,
+            mode=mode,
+            fullgraph=fullgraph,
+            dynamic=dynamic,
+            verify=verify,
+        )
+        compile_module = functools.partial(_compile_module, run=run, remake=remake)
         compiled = compile_distributed(model, config, compile_module) or compile_module(
             model, ctx
         )
@@ -216,9 +226,17 @@ def _compile_callable(fn: Callable, ctx: CompileContext, run: Callable) -> Calla
     return compiled
 
 
-def _compile_module(mod: torch.nn.Module, ctx: CompileContext, run: Callable) -> torch.nn.Module:
+def _compile_again(mod: torch.nn.Module, **kwargs: Any) -> torch.nn.Module:
+    """A pickled compiled module, loaded: its original compiled anew with the same arguments."""
+    return compile(mod, **kwargs)
+
+
+def _compile_module(
+    mod: torch.nn.Module, ctx: CompileContext, run: Callable, remake: Callable
+) -> torch.nn.Module:
     """A module sharing the original's attributes, parameters and state_dict (its __dict__ is
-    the original's), whose forward runs through the compiler."""
+    the original's), whose forward runs through the compiler; it pickles as `remake` of the
+    original."""
     cls = type(mod)
     forward = mod.__dict__.get("forward") or cls.forward
 
@@ -228,8 +246,11 @@ def _compile_module(mod: torch.nn.Module, ctx: CompileContext, run: Callable) ->
             return run(ctx, forward, (self, *args), kwargs)
         return run(ctx, _call_bound, (forward, *args), kwargs)
 
+    def reduce(self, protocol: int) -> tuple:
+        return remake, (mod,)
+
     compiled_forward._compiled_forward = True
-    return sharing_state(mod, ctx, {"forward": compiled_forward})
+    return sharing_state(mod, ctx, {"forward": compiled_forward, "__reduce_ex__": reduce})
 
 
 def _call_bound(forward: Callable, *args, **kwargs):

@@ -132,6 +132,32 @@ def test_compiled_module_load_state_dict_and_train_eval():
     assert_same(other(x), cmod(x))
 
 
+@pytest.mark.parametrize("copy_of", ["torch.save", "deepcopy"])
+def test_a_compiled_module_saves_and_copies_as_a_compiled_module(copy_of):
+    import copy
+    import io
+
+    torch.manual_seed(0)
+    mod = Net()
+    cmod = compiler.compile(mod, backend="eager", mode="max-autotune", fullgraph=False)
+    x = torch.randn(2, 6)
+    cmod(x)
+    if copy_of == "torch.save":
+        buf = io.BytesIO()
+        torch.save(cmod, buf)  # the whole model, as users save one
+        buf.seek(0)
+        again = torch.load(buf, weights_only=False)
+    else:
+        again = copy.deepcopy(cmod)
+    assert type(again).__name__ == "Net" and isinstance(again, Net)
+    config = compiler.inspect(again) and again.__compiled__.config
+    assert (config.backend_name, config.mode) == ("eager", "max-autotune")
+    assert again.lin is not mod.lin  # a copy, compiled anew
+    assert torch.equal(again.lin.weight, mod.lin.weight)
+    assert_same(mod(x), again(x))
+    assert len(compiler.inspect(again).entries) == 1
+
+
 def test_compiled_module_attribute_set_through_wrapper():
     torch.manual_seed(0)
     mod = Net()

@@ -11,9 +11,10 @@ Which dimensions, as torch.compile decides them:
 - `dynamic=False`: only the marked dimensions.
 
 Sizes 0 and 1 are always specialised (broadcasting and empty tensors behave differently).
-Parameters, and tensors and numbers read as an nn.Module's attribute or buffer, stay static
+Parameters, and tensors and ints read as an nn.Module's attribute or buffer, stay static
 unless marked, as torch.compile keeps nn.Module state static; those on any other object (a
-generation loop's KV cache and its step counter) follow the policy as arguments do.
+generation loop's KV cache and its step counter) follow the policy as arguments do. A float
+read as any object's attribute stays a constant.
 
 How: a dynamic input's fake tensor gets a SymInt per dynamic dimension, from one ShapeEnv per
 trace. Torch ops on fake tensors compute symbolic output shapes; Python code that looks at a
@@ -191,14 +192,15 @@ class DynamicPolicy:
                 )
         return None
 
-    def float_dynamic(self, value: float, source: str, module_state: bool) -> str | None:
+    def float_dynamic(self, value: float, source: str) -> str | None:
         """Why the Python float read from `source` is traced as a symbol, or None to
         specialise on its value: once it changed between compiles, as int_dynamic decides
         for ints (a `.item()` that a graph break hands on, a scale passed as an argument).
+        A float read as any object's attribute (a hyperparameter) stays a constant.
         dynamic=True alone does not make floats symbolic: it names sizes."""
         key = f"float {source}"
         self.observed[key] = (value,)
-        if module_state or not self.automatic or self.dynamic is False:
+        if is_attribute_source(source) or not self.automatic or self.dynamic is False:
             return None
         prior = self.seen.get(key)
         if prior is None:
@@ -394,7 +396,7 @@ class Shapes:
         an input of the graph (a 0-d tensor for backends that generate code,
         backends/scalars.py), guarded only by what the trace relied on."""
         why = (
-            self.policy.float_dynamic(value, source, self.module_state(source))
+            self.policy.float_dynamic(value, source)
             if self.policy is not None
             else None
         )

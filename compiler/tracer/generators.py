@@ -41,7 +41,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from compiler.tracer import objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
-from compiler.tracer.values.table import ops_of
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
@@ -24,7 +24,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 # The operators of BINARY_OP and COMPARE_OP, by their argrepr.
 BINARY_OPS: dict[str, Callable] = {
@@ -41,13 +41,6 @@ COMPARE_OPS: dict[str, Callable] = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
     ">": operator.gt, ">=": operator.ge,
 }  # fmt: skip
-
-
-def describe(v: Var) -> str:
-    named = ops_of(v).describe
-    if named is not None:
-        return named(v)
-    return type(v).__name__.replace("Var", "").lower()
 
 
 def _handled(out: Any) -> bool:

@@ -281,6 +281,14 @@ class AutocastExitVar(Var):
 
 
 @dataclass(eq=False)
+class LazyVar(Var):
+    """A root-frame local not read yet: wrapped (and guarded) on first use only."""
+
+    def __init__(self, value: Any, source: str):
+        self.value = value
+        self.source = source
+
+
 class NullVar(Var):
     """The NULL that PUSH_NULL / LOAD_GLOBAL / LOAD_ATTR push before a callable."""
 

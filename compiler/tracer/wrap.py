@@ -11,6 +11,8 @@ import torch
 
 from compiler.support.autocast import DEVICE_TYPES, AutocastRestore
 from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
+from compiler.tracer.lookups import python_method
+from compiler.tracer.reconstruct import GradRestore
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
     AutocastExitVar,
@@ -28,7 +30,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 _LIST_ITERATOR = type(iter([]))
 _ITERATOR_TYPES = (_LIST_ITERATOR, type(iter(())), type(iter(range(0))))
@@ -123,8 +125,6 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
     if isinstance(value, types.FunctionType):
         guards.identity(source, value, line)
         return FunctionVar(fn=value, source=source)
-    from compiler.tracer.reconstruct import GradRestore
-
     if isinstance(value, GradRestore):
         # the exit of a grad-mode `with` block that an earlier entry entered
         guards.type_of(source, value, line)
@@ -256,8 +256,6 @@ def _plain_mapping(value: dict) -> bool:
     """A dict subclass instance the trace holds as its mapping: no attributes of its own, and
     the reads guards and item sources make (keys, `[key]`) are the builtin ones. Methods
     the class writes in Python are still called (operations.load_attr)."""
-    from compiler.tracer.objects import python_method
-
     cls = type(value)
     if cls.__module__ == "collections":
         return True

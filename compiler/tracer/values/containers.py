@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from compiler.tracer import builtin_fns, calls, objects, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.lookups import python_method
 from compiler.tracer.values.numbers import SIMPLE_LITERALS
 from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, ops_of
 from compiler.tracer.variables import (
@@ -32,8 +33,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 KEYS_VIEW = type({}.keys())
 
@@ -344,7 +344,7 @@ def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
     if name == "default_factory" and d.default is not None:
         return d.default
     if d.cls is not dict:
-        method = objects.python_method(d.cls, name)  # a dict subclass's own method
+        method = python_method(d.cls, name)  # a dict subclass's own method
         if method is not None:
             return MethodVar(FunctionVar(fn=method), d)
     return AttrCallVar(d, name)

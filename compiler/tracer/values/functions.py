@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from compiler import optim
-from compiler.tracer import builtin_fns, calls, operations
+from compiler.tracer import builtin_fns, calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.hints import call_kind
 from compiler.tracer.marked import marked_call
 from compiler.tracer.values import torch_functions
-from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
@@ -30,8 +30,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 # A function's code and names: stable for the function object, whose identity is guarded.
 _FUNCTION_CONSTANTS = ("__code__", "__name__", "__qualname__", "__module__", "__doc__")
@@ -58,7 +57,7 @@ def _attr(tx: Tracer, fn: FunctionVar, name: str) -> Var:
         return ObjVar(value) if isinstance(value, types.CodeType) else wrap_unguarded(value)
     if fn.source is None:
         raise Break(
-            f"attribute {name!r} of {operations.describe(fn)}, which has no source to guard"
+            f"attribute {name!r} of {describe(fn)}, which has no source to guard"
         )
     try:
         value = getattr(fn.fn, name)
@@ -104,7 +103,7 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
             return torch_functions.torch_call(tx, real, args, kwargs)
         if calls.is_skipped(real):
             raise Break(
-                f"call to {operations.describe(fn)} runs in Python (library code is not traced)",
+                f"call to {describe(fn)} runs in Python (library code is not traced)",
                 call_kind(real, library=True),
             )
     return tx.inline(fn, args, kwargs)
@@ -123,7 +122,7 @@ def _call_grad_decorated(
     ctx = factory() if callable(factory) else None
     if type(ctx) not in (torch.no_grad, torch.enable_grad):
         raise Break(
-            f"call to {operations.describe(fn)} runs in Python (a context-manager decorator)",
+            f"call to {describe(fn)} runs in Python (a context-manager decorator)",
             "context_manager",
         )
     enabled = type(ctx) is torch.enable_grad

@@ -31,8 +31,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 Args = list[Var]
 Kwargs = dict[str, Var]

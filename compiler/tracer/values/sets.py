@@ -17,12 +17,13 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
-from compiler.tracer import builtin_fns, objects, operations
+from compiler.tracer import builtin_fns, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.lookups import python_method
 from compiler.tracer.shapes import concrete
 from compiler.tracer.values.containers import KEYS_VIEW
-from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -35,8 +36,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 _MUTATORS = (
     "add", "discard", "remove", "pop", "clear", "update", "intersection_update",
@@ -66,13 +66,13 @@ def key_of(v: Var) -> Any:
     if isinstance(v, TensorVar):
         return _Identity(v)
     if isinstance(v, NewObjectVar):
-        if any(objects.python_method(v.cls, n) for n in ("__hash__", "__eq__")):
+        if any(python_method(v.cls, n) for n in ("__hash__", "__eq__")):
             raise Break(f"a {v.cls.__name__} with its own __hash__ or __eq__ in a set")
         return _Identity(v)
     try:
         value = as_python_constant(v)
     except TypeError:
-        raise Break(f"{operations.describe(v)} in a set is not traced") from None
+        raise Break(f"{describe(v)} in a set is not traced") from None
     value = concrete(value)  # a symbolic size hashes as its value, under a guard on it
     try:
         hash(value)

@@ -17,10 +17,11 @@ from compiler.tracer import builtin_fns, calls, construct, objects, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr
 from compiler.tracer.hints import call_kind
+from compiler.tracer.lookups import python_method
 from compiler.tracer.marked import marked_call
 from compiler.tracer.values import modules, torch_functions
 from compiler.tracer.values.numbers import describe_value, same_value
-from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -37,40 +38,12 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 _MISSING = object()
 
 
 # ---- attributes of real objects ------------------------------------------------------------------
-
-
-def attr_value(tx: Tracer, value: Any, src: str | None, name: str) -> Var:
-    if src is None:
-        if isinstance(value, torch.Tensor):
-            raise Break(f"tensor attribute {name!r} of an object built during tracing")
-        return wrap_unguarded(value)
-    return wrap(tx, value, f"{src}.{name}")
-
-
-def class_attr(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
-    src = obj.source
-    if isinstance(attr, types.FunctionType):
-        fn_src = f"type({src}).{name}" if src else None
-        return MethodVar(FunctionVar(fn=attr, source=fn_src), obj)
-    if isinstance(attr, staticmethod):
-        return FunctionVar(fn=attr.__func__)
-    if isinstance(attr, classmethod):
-        return MethodVar(FunctionVar(fn=attr.__func__), ObjVar(cls))
-    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        return calls.call(tx, FunctionVar(fn=attr.fget), [obj], {})
-    if isinstance(
-        attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
-    ):
-        raise Break(f"builtin method {cls.__name__}.{name} runs in Python")
-    value = getattr(obj.held, name) if isinstance(obj, ObjVar) else attr
-    return attr_value(tx, value, src, name)
 
 
 def _attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
@@ -95,11 +68,11 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
             return MethodVar(FunctionVar(fn=attr.__func__), obj)
         if isinstance(attr, types.FunctionType):
             return FunctionVar(fn=attr)
-        return attr_value(tx, getattr(value, name), obj.source, name)
+        return objects.attr_value(tx, getattr(value, name), obj.source, name)
     # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
     # is inlined), then __getattr__ where that raised AttributeError.
-    getattribute = objects.python_method(type(value), "__getattribute__")
-    getattr_fn = objects.python_method(type(value), "__getattr__")
+    getattribute = python_method(type(value), "__getattribute__")
+    getattr_fn = python_method(type(value), "__getattr__")
     unwound = tx.unwound
     try:
         if getattribute is not None:
@@ -128,19 +101,19 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
     instance_dict = getattr(value, "__dict__", None)
     data_descriptor = hasattr(type(class_member), "__set__")
     if not data_descriptor and isinstance(instance_dict, dict) and name in instance_dict:
-        return attr_value(tx, instance_dict[name], obj.source, name)
+        return objects.attr_value(tx, instance_dict[name], obj.source, name)
     if class_member is _MISSING:
         # AttributeError, as object.__getattribute__ raises it; a __getattr__ the class
         # writes in Python is then called (_object_attr); one written in C is not traced
         getattr_fn = getattr(cls, "__getattr__", None)
         if cls.__getattribute__ is object.__getattribute__ and (
-            getattr_fn is None or objects.python_method(cls, "__getattr__") is not None
+            getattr_fn is None or python_method(cls, "__getattr__") is not None
         ):
             message = f"'{cls.__name__}' object has no attribute '{name}'"
             raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
         raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
     if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
-        raise Break(f"attribute {name!r} of {operations.describe(obj)} is not traced")
+        raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
     if obj.identity is not None and isinstance(instance_dict, dict):
         tx.guards.add(
             "HASATTR",
@@ -149,7 +122,7 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
             f"{obj.source}.{name} is its class's",
             tx.builder.line,
         )
-    return class_attr(tx, obj, cls, name, class_member)
+    return objects.class_attr(tx, obj, cls, name, class_member)
 
 
 def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
@@ -218,17 +191,30 @@ def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var])
     if isinstance(call_attr, types.FunctionType):
         return calls.call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
     raise Break(
-        f"call to {operations.describe(fn)} runs in Python (it is not a torch op or Python code)",
+        f"call to {describe(fn)} runs in Python (it is not a torch op or Python code)",
         call_kind(value),
     )
 
 
 def _method(tx: Tracer, obj: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:
     if name in ("__getattribute__", "__setattr__", "__delattr__"):
-        return objects.real_object_method(tx, obj, name, args)
+        return _real_object_method(tx, obj, name, args)
     if isinstance(obj.value, torch.nn.Module):
         return modules.module_method(tx, obj, name, args, kwargs)
     return NotImplemented
+
+
+def _real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> Var:
+    """object's own attribute methods on a real object, reached through super() from the
+    ones its class writes in Python (a config's __getattribute__ and __setattr__)."""
+    key = objects.const_name(args[0]) if args else ""
+    if name == "__getattribute__" and len(args) == 1:
+        return object_getattribute(tx, obj, key)
+    if name in ("__setattr__", "__delattr__") and objects.writable(obj, key):
+        value = args[1] if name == "__setattr__" and len(args) == 2 else None
+        objects.write_attr(tx, obj, key, value)
+        return ConstVar(None)
+    raise Break(f"object.{name} on a {type(obj.value).__name__} runs in Python")
 
 
 # ---- operators written in Python -------------------------------------------------------------
@@ -300,7 +286,7 @@ def _truth(tx: Tracer, v: ObjVar) -> bool:
         ),
     ):
         return True
-    raise Break(f"truth value of {operations.describe(v)} is not traced")
+    raise Break(f"truth value of {describe(v)} is not traced")
 
 
 def _contains(tx: Tracer, container: ObjVar, item: Var) -> Any:
@@ -350,7 +336,7 @@ def _id(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return ConstVar(id(v.fn))
     if isinstance(v, ConstVar) and (v.value is None or type(v.value) is bool):
         return ConstVar(id(v.value))
-    raise Break(f"id() of {operations.describe(v)}: its address is not known while tracing")
+    raise Break(f"id() of {describe(v)}: its address is not known while tracing")
 
 
 builtin_fns.SPECIAL[id] = _id

@@ -155,6 +155,7 @@ class FunctionVar(Var):
     name: str = ""
     defaults: Var | None = None  # TupleVar
     kwdefaults: Var | None = None  # DictVar
+    annotations: Var | None = None  # DictVar, made when first needed as eager makes it
     closure: list[CellVar] | None = None
     source: str | None = None
 

@@ -21,6 +21,7 @@ from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
     ConstVar,
+    DictVar,
     FunctionVar,
     MethodVar,
     NullVar,
@@ -51,6 +52,10 @@ def _attr(tx: Tracer, fn: FunctionVar, name: str) -> Var:
             return ConstVar(fn.get_globals().get("__name__"))
         if name == "__code__":
             return ObjVar(fn.code)
+        if name == "__annotations__":  # one dict, made empty on the first read if none
+            if fn.annotations is None:
+                fn.annotations = DictVar({})
+            return fn.annotations
         raise Break(f"attribute {name!r} of a function made while tracing")
     if name in _FUNCTION_CONSTANTS:
         value = getattr(fn.fn, name)
@@ -133,8 +138,13 @@ def _call_grad_decorated(
     return result
 
 
-def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.FunctionType:
+def _with_attributes(
+    fn: types.FunctionType, kwdefaults: dict | None, annotations: dict | None
+) -> types.FunctionType:
+    """`fn` with the keyword defaults and annotations MAKE_FUNCTION gave it."""
     fn.__kwdefaults__ = kwdefaults
+    if annotations is not None:
+        fn.__annotations__ = annotations
     return fn
 
 
@@ -146,9 +156,12 @@ def _rebuild(em: Emitter, fn: FunctionVar) -> str:
         closure = "(" + "".join(em.cell(c) + ", " for c in fn.closure) + ")"
     defaults = em.expr(fn.defaults) if fn.defaults is not None else "None"
     made = f"{em.ref(types.FunctionType, 'cls')}({em.ref(fn.code, 'code')}, {em.ref(fn.globals, 'g')}, {fn.name!r}, {defaults}, {closure})"
-    if fn.kwdefaults is not None:
-        return f"{em.ref(_with_kwdefaults, 'fn')}({made}, {em.expr(fn.kwdefaults)})"
-    return made
+    if fn.kwdefaults is None and fn.annotations is None:
+        return made
+    kwdefaults, annotations = (
+        em.expr(v) if v is not None else "None" for v in (fn.kwdefaults, fn.annotations)
+    )
+    return f"{em.ref(_with_attributes, 'fn')}({made}, {kwdefaults}, {annotations})"
 
 
 def _always(tx: Tracer, v: Var) -> bool:

@@ -15,7 +15,7 @@ import torch
 
 from compiler.tracer import builtin_fns, calls, construct, objects, operations
 from compiler.tracer.breaks import Break, Raised
-from compiler.tracer.exceptions import exception_attr
+from compiler.tracer.exceptions import exception_attr, raise_python
 from compiler.tracer.hints import call_kind
 from compiler.tracer.lookups import python_method
 from compiler.tracer.marked import marked_call
@@ -266,9 +266,38 @@ def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
 
 
 def _getitem(tx: Tracer, obj: ObjVar, index: Var) -> Var:
+    if _is_annotation_form(obj.held):
+        return _annotation(obj, index)
     if not isinstance(obj.value, modules.CONTAINERS):
         return NotImplemented
     return modules.container_getitem(tx, obj, operations.const_index(index))
+
+
+def _is_annotation_form(value: Any) -> bool:
+    """A generic class or typing form whose subscript only builds an annotation object
+    (`list[int]`, `dict[str, torch.Tensor]`, `typing.Optional[X]`, `typing.List[X]`, a
+    `Generic[T]` subclass): the class's __class_getitem__ is C's, types.GenericAlias or
+    typing's, or the form is typing's."""
+    if isinstance(value, type):
+        make = getattr(value, "__class_getitem__", None)
+        fn = getattr(make, "__func__", None)
+        return (
+            isinstance(make, types.BuiltinMethodType)
+            or fn is types.GenericAlias
+            or getattr(fn, "__module__", None) == "typing"
+        )
+    return isinstance(value, (types.GenericAlias, types.UnionType)) or (
+        type(value).__module__ == "typing"
+    )
+
+
+def _annotation(obj: ObjVar, index: Var) -> Var:
+    """`form[index]`, made at trace time as eager makes it: no effect, and a result that
+    depends only on the form and the classes and constants it is given."""
+    try:
+        return wrap_unguarded(obj.value[operations.as_python_constant_or_none(index)])
+    except Exception as e:
+        raise raise_python(e) from None
 
 
 def _truth(tx: Tracer, v: ObjVar) -> bool:

@@ -14,6 +14,7 @@ from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
+    IdentityKey,
     IteratorVar,
     ListVar,
     NewObjectVar,
@@ -118,6 +119,12 @@ def delitem(tx: Tracer, obj: Var, index: Var) -> None:
 
 
 def dict_key(v: Var) -> Any:
+    """The key eager's dict files `v` under: the identity of a value hashed by its address,
+    else its constant value."""
+    identity = ops_of(v).identity
+    obj = identity(v) if identity is not None else NotImplemented
+    if _handled(obj):
+        return IdentityKey(v, obj)
     key = const_index(v)
     try:
         hash(key)

@@ -337,6 +337,42 @@ class PartialVar(Var):
 NULL = NullVar()
 
 
+class IdentityKey:
+    """The dict or set key of a value eager hashes by its address: a tensor, a module, an
+    instance of a class that keeps object's __hash__ and __eq__. `obj` is the object whose
+    address it is (a tensor's fake, which fake mode shares wherever eager returns the same
+    tensor: `x.add_(1)`, `x.contiguous()`), `var` the value it was made from, which iterating
+    the dict gives back. It equals the object itself, so that a key filed from the real
+    object (a constant) is the same key, as in eager."""
+
+    __slots__ = ("var", "obj")
+
+    def __init__(self, var: Var, obj: Any):
+        self.var = var
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return object.__hash__(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return (other.obj if isinstance(other, IdentityKey) else other) is self.obj
+
+    def __repr__(self) -> str:
+        return f"IdentityKey({self.var!r})"
+
+
+def key_var(key: Any) -> Var:
+    """The value a dict's key gives back where the dict is iterated."""
+    return key.var if isinstance(key, IdentityKey) else ConstVar(key)
+
+
+def dict_vars(d: DictVar) -> list[Var]:
+    """The values a dict holds: its items, and its keys that are values of the trace (a
+    tensor, a module: IdentityKey), which come out of the graph with it."""
+    keys = [k.var for k in d.items if isinstance(k, IdentityKey)]
+    return [*keys, *d.items.values()]
+
+
 def is_const(v: Var) -> bool:
     return isinstance(v, ConstVar)
 
@@ -354,7 +390,10 @@ def as_python_constant(v: Var) -> Any:
     if isinstance(v, ListVar):
         return [as_python_constant(i) for i in v.items]
     if isinstance(v, DictVar):
-        return {k: as_python_constant(i) for k, i in v.items.items()}
+        return {
+            as_python_constant(k.var) if isinstance(k, IdentityKey) else k: as_python_constant(i)
+            for k, i in v.items.items()
+        }
     if isinstance(v, SetVar):
         items = {as_python_constant(i) for i in v.items}
         return frozenset(items) if v.cls is frozenset else items
@@ -385,7 +424,7 @@ def contains_tensor(v: Var) -> bool:
     if isinstance(v, (ListVar, TupleVar)):
         return any(contains_tensor(i) for i in v.items)
     if isinstance(v, DictVar):
-        return any(contains_tensor(i) for i in v.items.values())
+        return any(contains_tensor(i) for i in dict_vars(v))
     return False
 
 
@@ -400,7 +439,7 @@ def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
         for i in v.items:
             tensor_vars(i, out, seen)
     elif isinstance(v, DictVar):
-        for i in v.items.values():
+        for i in dict_vars(v):
             tensor_vars(i, out, seen)
     elif isinstance(v, SliceVar):
         for i in (v.start, v.stop, v.step):
@@ -409,7 +448,7 @@ def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
         if v.contents is not None:
             tensor_vars(v.contents, out, seen)
     elif isinstance(v, FunctionVar):
-        for part in (v.defaults, v.kwdefaults):
+        for part in (v.defaults, v.kwdefaults, v.annotations):
             if part is not None:
                 tensor_vars(part, out, seen)
         for c in v.closure or ():

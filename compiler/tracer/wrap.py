@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.support.autocast import DEVICE_TYPES, AutocastRestore
+from compiler.tracer.breaks import Break
 from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
 from compiler.tracer.lookups import python_method
 from compiler.tracer.reconstruct import GradRestore
@@ -113,6 +114,10 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return TupleVar(items, source, cls=type(value))
     if type(value) is dict or (isinstance(value, dict) and _plain_mapping(value)):
+        if not all(isinstance(k, CONSTANT_TYPES) or is_constant_tuple(k) for k in value):
+            # a tensor, a module or another object as a key has no source to read its item
+            # through, nor a guard that the next call's dict has the same keys
+            raise Break("a dict keyed by tensors or other objects, from outside the graph")
         guards.dict_keys(source, value, line)
         var = DictVar({}, source, cls=type(value))
         tx.external_containers[id(value)] = var

@@ -28,6 +28,7 @@ from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
     ExceptionVar,
+    IdentityKey,
     NewObjectVar,
     SetVar,
     TensorVar,
@@ -44,31 +45,15 @@ _MUTATORS = (
 )  # fmt: skip
 
 
-class _Identity:
-    """The key of a value hashed by its address: a tensor, or an instance built in the trace
-    whose class keeps object's __hash__ and __eq__."""
-
-    __slots__ = ("var",)
-
-    def __init__(self, var: Var):
-        self.var = var
-
-    def __hash__(self) -> int:
-        return id(self.var)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Identity) and other.var is self.var
-
-
 def key_of(v: Var) -> Any:
     """The key eager's set files `v` under (raising TypeError, as eager does, for a value
     that cannot be hashed)."""
     if isinstance(v, TensorVar):
-        return _Identity(v)
+        return IdentityKey(v, v.fake)  # one tensor where fake mode gives one fake
     if isinstance(v, NewObjectVar):
         if any(python_method(v.cls, n) for n in ("__hash__", "__eq__")):
             raise Break(f"a {v.cls.__name__} with its own __hash__ or __eq__ in a set")
-        return _Identity(v)
+        return IdentityKey(v, v)
     try:
         value = as_python_constant(v)
     except TypeError:
@@ -293,7 +278,7 @@ def _contains(tx: Tracer, s: SetVar, item: Var) -> bool:
 
 
 def _iterate(tx: Tracer, s: SetVar) -> list[Var]:
-    by_address = [i for i in s.items if isinstance(key_of(i), _Identity)]
+    by_address = [i for i in s.items if isinstance(key_of(i), IdentityKey)]
     if len(by_address) > 1 and s.cls is not KEYS_VIEW:
         raise Break("iteration over a set of tensors or objects: eager's order is their addresses")
     return list(s.items)

@@ -57,6 +57,9 @@ class ValueOps:
     unary: Callable[[Tracer, Callable, Any], Var] | None = None
     truth: Callable[[Tracer, Any], bool] | None = None
     same: Callable[[Any, Var], bool | None] | None = None  # `a is b`; None: undecided
+    # the object whose address eager's dict hashes the value by (a tensor's fake, a module);
+    # NotImplemented, or no handler: the value is hashed as the constant it is
+    identity: Callable[[Any], Any] | None = None
     contains: Callable[[Tracer, Any, Var], bool] | None = None
     iterate: Callable[[Tracer, Any], list[Var]] | None = None
     get_iter: Callable[[Tracer, Any], Var] | None = None

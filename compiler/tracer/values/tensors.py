@@ -93,7 +93,8 @@ def _truth(tx: Tracer, t: TensorVar) -> bool:
 
 
 def _same(a: TensorVar, b: Var) -> bool | None:
-    return a.node is b.node if isinstance(b, TensorVar) else None
+    # one tensor where fake mode gives the same fake: `x.add_(1) is x`, as in eager
+    return a.fake is b.fake if isinstance(b, TensorVar) else None
 
 
 def _iterate(tx: Tracer, t: TensorVar) -> list[Var]:
@@ -121,6 +122,7 @@ VALUE_OPS[TensorVar] = ValueOps(
     unary=lambda tx, op, t: tx.builder.call("call_function", op, [t], {}),
     truth=_truth,
     same=_same,
+    identity=lambda t: t.fake,  # a tensor hashes by its address
     iterate=_iterate,
     rebuild=_rebuild,
     source_first=False,

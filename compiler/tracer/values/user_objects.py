@@ -34,6 +34,7 @@ from compiler.tracer.variables import (
     SuperVar,
     TensorVar,
     Var,
+    key_var,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -300,6 +301,20 @@ def _annotation(obj: ObjVar, index: Var) -> Var:
         raise raise_python(e) from None
 
 
+def _hashed_by_address(cls: type) -> bool:
+    """Instances of `cls` hash and compare by their address: it keeps object's __hash__
+    and __eq__ (modules, classes, functions, most objects)."""
+    return cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__
+
+
+def _identity(v: ObjVar) -> Any:
+    """A real object hashed by its address, as a dict key: the object, pinned, since which
+    object it is decides what the dict finds."""
+    if v.opaque or not _hashed_by_address(type(v.held)):
+        return NotImplemented
+    return v.value
+
+
 def _truth(tx: Tracer, v: ObjVar) -> bool:
     value = v.value
     if isinstance(value, modules.CONTAINERS):
@@ -347,6 +362,7 @@ VALUE_OPS[ObjVar] = ValueOps(
     foldable=False,
     truth=_truth,
     same=same_value,
+    identity=_identity,
     contains=_contains,
     iterate=_iterate,
     rebuild=lambda em, v: em.ref(v.value, "obj"),
@@ -399,7 +415,7 @@ def _new_object_iterate(tx: Tracer, v: NewObjectVar) -> list[Var]:
     if objects.found(out):
         return operations.unpack_iterable(tx, out)
     if v.items is not None:
-        return [ConstVar(k) for k in v.items.items]
+        return [key_var(k) for k in v.items.items]
     return NotImplemented
 
 
@@ -432,6 +448,7 @@ VALUE_OPS[NewObjectVar] = ValueOps(
     rbinary=_rbinary,
     own_operators=True,
     truth=_new_object_truth,
+    identity=lambda v: v if _hashed_by_address(v.cls) else NotImplemented,
     contains=_new_object_contains,
     iterate=_new_object_iterate,
     rebuild=_new_object_rebuild,

@@ -224,6 +224,20 @@ class IteratorVar(Var):
 
 
 @dataclass(eq=False)
+class GroupbyVar(IteratorVar):
+    """`itertools.groupby(...)`: an iterator over (key, group) pairs, `groups` the iterators
+    over each group's items. As in eager, moving on to the next pair, or finding no more,
+    leaves the groups before behind: reading one then gives nothing."""
+
+    groups: list[IteratorVar] = field(default_factory=list)
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        super().move(index, exhausted)
+        for group in self.groups[: len(self.groups) if exhausted else max(index - 1, 0)]:
+            group.index = len(group.items)
+
+
+@dataclass(eq=False)
 class EndlessIteratorVar(IteratorVar):
     """`itertools.count(start, step)` or `itertools.repeat(value)`: an iterator that never
     runs out, its items made as far as it is read (always one item ahead of `index`)."""

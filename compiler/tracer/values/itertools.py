@@ -1,7 +1,8 @@
 """itertools and functools.reduce over traced values: computed at trace time into an iterator
 over the items they give (`IteratorVar`), as zip and map are (builtin_fns.py); count() and
 repeat() without a length are endless iterators (`EndlessIteratorVar`), read as far as the
-trace reads them.
+trace reads them; groupby() is an iterator over its groups (`GroupbyVar`) that leaves each
+behind as eager's does.
 
 An argument that is itself an iterator is consumed as in eager: the result is linked to it
 with, for each number of items taken from the result, how far the argument has been read
@@ -17,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.tracer import builtin_fns, calls, generators
 from compiler.tracer.breaks import Break, Raised
-from compiler.tracer.operations import binary, unpack_iterable
+from compiler.tracer.operations import binary, truth, unpack_iterable
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import (
     ConstVar,
     EndlessIteratorVar,
     ExceptionVar,
+    GroupbyVar,
     IteratorVar,
     TupleVar,
     Var,
@@ -213,6 +215,37 @@ def _reduce(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
     return total
 
 
+# ---- groupby: runs of equal keys ---------------------------------------------------------
+
+
+def _groupby(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
+    """`itertools.groupby(iterable, key=None)`: its keys computed ahead (the key function
+    called once per item, in order, as eager calls it), each compared with its group's first
+    key as eager compares them (`==`, the same value first). A group is left behind when the
+    groupby moves on (GroupbyVar); both are checked as a generator run ahead is
+    (generators.py)."""
+    iterable = args[0] if args else kwargs["iterable"]
+    key = args[1] if len(args) > 1 else kwargs.get("key", ConstVar(None))
+    if isinstance(iterable, IteratorVar):
+        raise Break(
+            "itertools.groupby over an iterator: its groups read it as they are consumed",
+            "unsupported",
+        )
+    items = unpack_iterable(tx, iterable)
+    before = generators.run_started(tx)
+    keys = items if _is_none(key) else [calls.call(tx, key, [item], {}) for item in items]
+    runs: list[tuple[Var, list[Var]]] = []
+    for k, item in zip(keys, items):
+        if runs and (runs[-1][0] is k or truth(tx, binary(tx, operator.eq, runs[-1][0], k))):
+            runs[-1][1].append(item)
+        else:
+            runs.append((k, [item]))
+    own = generators.ran_ahead(tx, "groupby", before, [iterable, key])
+    groups = [generators.follow(tx, IteratorVar(members), [], own) for _, members in runs]
+    pairs = [TupleVar([k, g]) for (k, _), g in zip(runs, groups)]
+    return generators.follow(tx, GroupbyVar(pairs, groups=groups), [], own)
+
+
 def _is_none(v: Var) -> bool:
     return isinstance(v, ConstVar) and v.value is None
 
@@ -268,6 +301,7 @@ builtin_fns.SPECIAL.update(
         ),
         itertools.permutations: _combinatoric(itertools.permutations),
         itertools.accumulate: _accumulate,
+        itertools.groupby: _groupby,
         itertools.starmap: _starmap,
         itertools.count: _count,
         itertools.repeat: _repeat,

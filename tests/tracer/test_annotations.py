@@ -59,6 +59,14 @@ def abc_and_generic(x):
     return inner([x], Box(), collections.OrderedDict()), inner.__annotations__["b"]
 
 
+@case(T(3), graphs=1, breaks=0)
+def pep604_unions(x):
+    def inner(t: torch.Tensor | None, n: int | float | None = None) -> list[int] | None:
+        return t * 2 if t is not None else n
+
+    return inner(x), inner(None, 3), inner.__annotations__["n"], None | int
+
+
 # ---- as values in code --------------------------------------------------------------------------
 
 

@@ -244,6 +244,8 @@ def _answer(out: Any) -> Any:
 def _binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
     """`a op b` (`a op= b`) by the operator methods a's class writes in Python; the reflected
     method of b's class is tried by the dispatcher (`_rbinary`)."""
+    if op is operator.or_ and _union_operand(a) and _union_operand(b):
+        return _union(a, b)
     fallback = operations.INPLACE_FALLBACK.get(op)
     if fallback is not None:
         out = _answer(objects.call_dunder(tx, a, f"__i{op.__name__[1:]}__", [b]))
@@ -257,6 +259,8 @@ def _binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
 
 
 def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
+    if op is operator.or_ and _union_operand(a) and _union_operand(b):
+        return _union(a, b)
     names = _OPERATOR_METHODS.get(operations.INPLACE_FALLBACK.get(op, op))
     if names is None or objects.class_of(a) is objects.class_of(b):
         return NotImplemented  # Python reflects only onto another class
@@ -290,6 +294,28 @@ def _is_annotation_form(value: Any) -> bool:
     return isinstance(value, (types.GenericAlias, types.UnionType)) or (
         type(value).__module__ == "typing"
     )
+
+
+def _union_operand(v: Var) -> bool:
+    """A side of `X | None` in an annotation (PEP 604): None, a class whose metaclass keeps
+    type's `|`, or an annotation object."""
+    if isinstance(v, ConstVar):
+        return v.value is None
+    if not isinstance(v, ObjVar):
+        return False
+    if isinstance(v.held, type):
+        return type(v.held).__or__ is type.__or__
+    return _is_annotation_form(v.held)
+
+
+def _union(a: Var, b: Var) -> Var:
+    """`a | b` of classes and annotations: a union, made at trace time as eager makes it."""
+    try:
+        return wrap_unguarded(
+            operations.as_python_constant_or_none(a) | operations.as_python_constant_or_none(b)
+        )
+    except Exception as e:
+        raise raise_python(e) from None
 
 
 def _annotation(obj: ObjVar, index: Var) -> Var:

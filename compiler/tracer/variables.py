@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from compiler.tracer.breaks import Restart
+
 
 class Var:
     source: str | None = None
@@ -224,17 +226,60 @@ class IteratorVar(Var):
 
 
 @dataclass(eq=False)
-class GroupbyVar(IteratorVar):
-    """`itertools.groupby(...)`: an iterator over (key, group) pairs, `groups` the iterators
-    over each group's items. As in eager, moving on to the next pair, or finding no more,
-    leaves the groups before behind: reading one then gives nothing."""
+class GroupVar(IteratorVar):
+    """One group of an itertools.groupby, and whether it was found to have no more items
+    (eager's group then read the next group's first item)."""
 
-    groups: list[IteratorVar] = field(default_factory=list)
+    ran_out: bool = False
 
     def move(self, index: int, exhausted: bool = False) -> None:
         super().move(index, exhausted)
+        self.ran_out = self.ran_out or exhausted
+
+
+@dataclass(eq=False)
+class GroupbyVar(IteratorVar):
+    """`itertools.groupby(...)`: an iterator over (key, group) pairs, `groups` the iterators
+    over each group's items. As in eager, moving on to the next pair, or finding no more,
+    leaves the groups before behind: reading one then gives nothing.
+
+    Over an iterator (`reads`: it, the position of each group's first item in it, and its
+    end), eager's groupby reads it as it goes: the first item of each group it gives, and
+    the groups read on from there (their links). Moving on expects the iterator where the
+    group given last left it; other code read it in between, eager's groups would differ,
+    and the groupby is made in Python."""
+
+    groups: list[GroupVar] = field(default_factory=list)
+    reads: tuple[IteratorVar, list[int], int] | None = None
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        before = self.index
+        if self.reads is not None and (index != before or exhausted):
+            self._read_to(before, index, exhausted)
+        super().move(index, exhausted)
         for group in self.groups[: len(self.groups) if exhausted else max(index - 1, 0)]:
             group.index = len(group.items)
+            group.links.clear()  # a group left behind no longer reads the iterator
+
+    def _read_to(self, before: int, index: int, exhausted: bool) -> None:
+        it, starts, end = self.reads
+        if before == 0:
+            expected = starts[0] if starts else end
+        else:
+            group = self.groups[before - 1]
+            after = starts[before] + 1 if before < len(starts) else end
+            expected = after if group.ran_out else starts[before - 1] + max(group.index, 1)
+        if it.index != expected:
+            raise Restart(
+                self.made_at,
+                "the iterator itertools.groupby() reads was read elsewhere in between; the "
+                "groupby runs in Python",
+                "unsupported",
+            )
+        if exhausted:
+            it.move(end, exhausted=True)
+        else:
+            it.move(starts[index - 1] + 1)
 
 
 @dataclass(eq=False)

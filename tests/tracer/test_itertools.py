@@ -283,14 +283,64 @@ def groupby_loop_with_effects(x):
     return x
 
 
-# An iterator's items are read as the groups are consumed, which the trace does not model: the
-# groupby is made in Python (and the real iterator after the break is a new object per call).
-@case(T(3), recompiles=True)
+@case(T(3), graphs=1, breaks=0)
 def groupby_over_an_iterator(x):
+    it = iter([1, 1, 2, 3, 3, 3, 4])
+    firsts = []
+    for k, g in itertools.groupby(it):
+        firsts.append(x * k + next(g))  # the rest of each group is skipped
+    pairs = itertools.groupby(iter([5, 5, 6]))
+    k, g = next(pairs)
+    return firsts, list(it), k, list(g), [(k, list(g)) for k, g in pairs]
+
+
+# The iterator read elsewhere while the groupby reads it: the groupby is made in Python (and
+# the real objects left after the break are new per call).
+@case(T(3), recompiles=True)
+def groupby_over_an_iterator_read_in_between(x):
     it = iter([1, 1, 2, 3])
     pairs = itertools.groupby(it)
     k, g = next(pairs)
-    return x + k, list(g), list(it)
+    return x + k, list(g), list(it), [(k, list(g)) for k, g in pairs]
+
+
+@case(T(3), recompiles=True)
+def groupby_over_an_iterator_partly_read(x):
+    it = iter([1, 1, 1, 2, 2, 3, 4])
+    pairs = itertools.groupby(it)
+    _, g = next(pairs)
+    first = next(g)
+    k, g2 = next(pairs)  # skips the rest of the first group
+    return x * k, first, list(g), next(g2), list(it), list(g2), list(pairs)
+
+
+@case(T(6, 2), graphs=1, breaks=0)
+def groupby_over_enumerate_and_a_generator(x):
+    by_half = [
+        (k, torch.stack([row for _, row in g]).sum(0))
+        for k, g in itertools.groupby(enumerate(x), key=lambda p: p[0] // 3)
+    ]
+    signs = [(k, len(list(g))) for k, g in itertools.groupby(v > 0 for v in [1, 2, -1, 3])]
+    return by_half, signs
+
+
+@case(T(3), T(5), recompiles=True)
+def groupby_iterator_read_elsewhere(x, y):
+    it = iter([1, 1, 2, 2, 3])
+    pairs = itertools.groupby(it)
+    next(pairs)
+    next(it)
+    next(it)
+    return [(k, list(g)) for k, g in pairs], list(it), x + 1
+
+
+@case(T(3), recompiles=True)
+def groupby_iterator_read_elsewhere_within_a_group(x):
+    it = iter([1, 1, 1, 2])
+    pairs = itertools.groupby(it)
+    _, g = next(pairs)
+    next(it)  # an item the group would have given: eager's groupby skips it all the same
+    return x - 1, [(k, list(g2)) for k, g2 in pairs], list(g), list(it)
 
 
 # Left unfinished where the graph ends, the groupby is made in Python (generators.check_live).

@@ -25,6 +25,7 @@ from compiler.tracer.variables import (
     EndlessIteratorVar,
     ExceptionVar,
     GroupbyVar,
+    GroupVar,
     IteratorVar,
     TupleVar,
     Var,
@@ -226,12 +227,7 @@ def _groupby(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
     (generators.py)."""
     iterable = args[0] if args else kwargs["iterable"]
     key = args[1] if len(args) > 1 else kwargs.get("key", ConstVar(None))
-    if isinstance(iterable, IteratorVar):
-        raise Break(
-            "itertools.groupby over an iterator: its groups read it as they are consumed",
-            "unsupported",
-        )
-    items = unpack_iterable(tx, iterable)
+    items = _items(tx, iterable)
     before = generators.run_started(tx)
     keys = items if _is_none(key) else [calls.call(tx, key, [item], {}) for item in items]
     runs: list[tuple[Var, list[Var]]] = []
@@ -241,9 +237,28 @@ def _groupby(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
         else:
             runs.append((k, [item]))
     own = generators.ran_ahead(tx, "groupby", before, [iterable, key])
-    groups = [generators.follow(tx, IteratorVar(members), [], own) for _, members in runs]
-    pairs = [TupleVar([k, g]) for (k, _), g in zip(runs, groups)]
-    return generators.follow(tx, GroupbyVar(pairs, groups=groups), [], own)
+    groups = [GroupVar(members) for _, members in runs]
+    out = GroupbyVar([TupleVar([k, g]) for (k, _), g in zip(runs, groups)], groups=groups)
+    if isinstance(iterable, IteratorVar):
+        _reads(tx, out, iterable, [len(members) for _, members in runs])
+    for g in groups:
+        generators.follow(tx, g, [iterable], own)
+    return generators.follow(tx, out, [iterable], own)
+
+
+def _reads(tx: Tracer, out: GroupbyVar, it: IteratorVar, sizes: list[int]) -> None:
+    """Link `out` and its groups to the iterator they read, as eager's groupby reads it: a
+    group that gave i items has read it to its i-th item (its first when it gave none, read
+    when the groupby gave the group), and ran out having read the next group's first."""
+    starts = [it.index + sum(sizes[:k]) for k in range(len(sizes))]
+    end = it.index + sum(sizes)
+    out.reads = (it, starts, end)
+    out.made_at = tx.root_pc
+    for k, (g, start) in enumerate(zip(out.groups, starts)):
+        positions = [start + max(i, 1) for i in range(sizes[k] + 1)]
+        final = (starts[k + 1] + 1, False) if k + 1 < len(starts) else (end, True)
+        g.links.append((it, positions, final))
+        g.made_at = tx.root_pc
 
 
 def _is_none(v: Var) -> bool:

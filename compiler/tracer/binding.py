@@ -18,7 +18,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 
 def bind_arguments(

@@ -14,15 +14,9 @@ import torch
 from compiler.tracer import calls, generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
-from compiler.tracer.operations import (
-    binary,
-    describe,
-    load_attr,
-    truth,
-    unary,
-    unpack_iterable,
-)
+from compiler.tracer.operations import binary, get_iter, load_attr, truth, unary, unpack_iterable
 from compiler.tracer.shapes import concrete, python_type
+from compiler.tracer.values.table import describe
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -49,7 +43,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 try:
     import numpy
@@ -387,8 +381,6 @@ def _reversed(tx, args, kwargs):
 
 
 def _iter(tx, args, kwargs):
-    from compiler.tracer.operations import get_iter
-
     return get_iter(tx, args[0])
 
 

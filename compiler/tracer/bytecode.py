@@ -15,8 +15,7 @@ import linecache
 import types
 from dataclasses import dataclass, field
 
-from compiler.tracer.opcodes import KNOWN
-from compiler.tracer.opcodes.registry import NEWEST, OLDEST, PYTHON
+from compiler.tracer.opcodes.registry import NEWEST, OLDEST, PYTHON, known_opcodes
 
 if not OLDEST <= PYTHON <= NEWEST:
     raise ImportError(
@@ -132,8 +131,9 @@ def _unsupported_reason(code: types.CodeType, instructions: list[Instr]) -> str 
     if code.co_flags & (0x80 | 0x100 | 0x200):  # coroutine, iterable coroutine, async generator
         return "coroutines are not traced; the function runs eagerly"
     ops = [i.opname for i in instructions]
+    known = known_opcodes()  # registered by the opcode families, which the tracer imports
     # LOAD_NAME is refused below with its own reason
-    unknown = sorted({op for op in ops if op not in KNOWN and op != "LOAD_NAME"})
+    unknown = sorted({op for op in ops if op not in known and op != "LOAD_NAME"})
     if unknown:
         return f"bytecode {', '.join(unknown)} is not supported by the tracer; the function runs eagerly"
     if "LOAD_NAME" in ops:

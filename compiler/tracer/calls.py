@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compiler.tracer.breaks import Break
-from compiler.tracer.operations import describe
-from compiler.tracer.values.table import ops_of
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import ConstVar, ObjVar, TupleVar, Var
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 
 class _RealNull:
@@ -83,6 +82,10 @@ def is_skipped(fn: types.FunctionType) -> bool:
         return False
     filename = fn.__code__.co_filename
     return filename.startswith(_STDLIB) and "site-packages" not in filename
+
+
+def is_skipped_module(module: str) -> bool:
+    return module.split(".")[0] in SKIP_PACKAGES or module.split(".")[0] == "torch"
 
 
 def is_torch_function(fn: Any) -> bool:

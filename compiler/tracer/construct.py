@@ -34,7 +34,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 
 def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -157,10 +157,6 @@ def _autocast(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if real.device not in autocast.DEVICE_TYPES:
         raise Break(f"torch.autocast on {real.device!r} runs in Python")
     return AutocastVar(real.device, bool(real._enabled), real.fast_dtype)
-
-
-def is_skipped_module(module: str) -> bool:
-    return module.split(".")[0] in calls.SKIP_PACKAGES or module.split(".")[0] == "torch"
 
 
 def _as_var(v: Any) -> Var:

@@ -7,17 +7,12 @@ harmless is listed, and an empty list means the call only reads and returns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from compiler.records import SideEffect
+from compiler.tracer.context import AttrWrites, DeferredCall
 from compiler.tracer.graph_builder import is_node_impure
-from compiler.tracer.objects import AttrWrites
 from compiler.tracer.variables import CellVar, Var
-
-if TYPE_CHECKING:
-    from compiler.tracer.values.library_calls import DeferredCall
 
 # Ops whose written tensors are not their first argument: the argument positions written.
 _WRITTEN_ARGS = {

@@ -43,8 +43,8 @@ from compiler.tracer.guards import CompiledGuards, compile_guards, concise
 from compiler.tracer.hints import hint_for
 from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
-from compiler.tracer.translator import LazyVar, Tracer, TraceResult
-from compiler.tracer.variables import TensorVar, tensor_vars
+from compiler.tracer.translator import TraceResult, Translator
+from compiler.tracer.variables import LazyVar, TensorVar, tensor_vars
 from compiler.tracer.wrap import container_alias_guards
 
 
@@ -505,11 +505,11 @@ def _log_entry(entry: EntryRecord) -> None:
 
 def _trace(
     state: CodeState, frame: RealFrame, L: dict, policy: DynamicPolicy
-) -> tuple[TraceResult, Tracer]:
+) -> tuple[TraceResult, Translator]:
     break_at = None
     constants: list = []  # assume_constant_result calls, made once across restarts
     for _ in range(4):
-        tracer = Tracer(
+        tracer = Translator(
             state.code, frame.globals, frame.locals, L, frame.stack, frame.cells, frame.pc, break_at,
             frame.fn_name, policy, constants,
         )  # fmt: skip
@@ -527,7 +527,7 @@ def _build_entry(
     frame: RealFrame,
     L: dict,
     result: TraceResult,
-    tracer: Tracer,
+    tracer: Translator,
     recompile_reason: str | None,
     start: float,
 ) -> Entry:

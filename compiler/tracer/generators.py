@@ -38,10 +38,11 @@ from compiler.tracer.variables import (
     SetVar,
     TupleVar,
     Var,
+    dict_vars,
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 
 @dataclass
@@ -188,11 +189,11 @@ def _children(v: Var) -> list[Var]:
     if isinstance(v, (ListVar, TupleVar, SetVar, IteratorVar)):
         return list(v.items)
     if isinstance(v, DictVar):
-        return list(v.items.values())
+        return dict_vars(v)
     if isinstance(v, CellVar):
         return [v.contents] if v.contents is not None else []
     if isinstance(v, FunctionVar):
-        return [*(v.closure or ()), v.defaults, v.kwdefaults]
+        return [*(v.closure or ()), v.defaults, v.kwdefaults, v.annotations]
     if isinstance(v, NewObjectVar):
         return [*v.fields.values(), v.items]
     if isinstance(v, MethodVar):

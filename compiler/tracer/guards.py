@@ -222,7 +222,7 @@ class GuardSet:
     def dict_keys(self, source: str, obj: dict, line: SourceLine | None = None) -> None:
         self.type_of(source, obj, line)
         keys = list(obj.keys())
-        if all(isinstance(k, CONSTANT_TYPES) for k in keys):
+        if all(isinstance(k, CONSTANT_TYPES) or is_constant_tuple(k) for k in keys):
             self.add(
                 "DICT_KEYS",
                 source,

@@ -12,13 +12,26 @@ absent from the instance's `__dict__`.
 With the C++ guard extension the check is its `ClassLookups`, which redoes the class lookups
 only when the type's version tag changed (any write to the class or a base renews it); in
 Python every call walks the MRO.
+
+The tracer's handlers ask the same of a class while tracing: the function it writes in Python
+for a name (python_method), which they inline.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 _MISSING = object()
+
+
+def python_method(cls: type, name: str) -> types.FunctionType | None:
+    """The function `cls` (or a base before the builtin ones) defines for `name` in Python."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return attr if isinstance(attr, types.FunctionType) else None
+    return None
 
 
 def lookup(cls: type, name: str) -> Any:

@@ -18,7 +18,7 @@ from compiler.tracer.variables import ConstVar, Var, as_python_constant
 from compiler.tracer.wrap import wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 
 def marked_call(tx: Tracer, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var | None:

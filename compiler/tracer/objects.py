@@ -1,5 +1,5 @@
 """Instances of Python classes in the trace: the methods their classes write in Python, the
-builtin object and dict methods under them, and attribute writes.
+builtin object and dict methods under them, attribute reads and attribute writes.
 
 Two kinds of instance:
 - built during tracing (`NewObjectVar`): its attributes are tracer values; an instance of a
@@ -18,12 +18,14 @@ from __future__ import annotations
 import collections
 import inspect
 import types
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from compiler.tracer.breaks import Break, Raised
+from compiler.tracer.calls import call, call_method, is_skipped_module
+from compiler.tracer.context import AttrWrites
+from compiler.tracer.lookups import python_method
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
@@ -34,25 +36,16 @@ from compiler.tracer.variables import (
     ObjVar,
     Var,
 )
-from compiler.tracer.wrap import wrap_unguarded
+from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 # The builtin bases a traced instance may have: their construction takes no state the trace
 # does not see (dict and OrderedDict start empty).
 MAPPING_BASES = (dict, collections.OrderedDict)
 _BUILTIN_BASES = (object, *MAPPING_BASES)
 _MISSING = object()
-
-
-def python_method(cls: type, name: str) -> types.FunctionType | None:
-    """The function `cls` (or a base before the builtin ones) defines for `name` in Python."""
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            attr = klass.__dict__[name]
-            return attr if isinstance(attr, types.FunctionType) else None
-    return None
 
 
 def class_of(obj: Var) -> type | None:
@@ -74,8 +67,6 @@ def call_dunder(tx: Tracer, obj: Var, name: str, args: list[Var]) -> Any:
     fn = python_method(cls, name) if cls is not None and cls not in _BUILTIN_BASES else None
     if fn is None:
         return _MISSING
-    from compiler.tracer.calls import call
-
     return call(tx, FunctionVar(fn=fn), [obj, *args], {})
 
 
@@ -94,8 +85,6 @@ def mapping_base(cls: type) -> type:
 def is_plain_class(cls: type) -> bool:
     """A Python class whose instances the trace can build: a __dict__ and no state from a
     constructor written in C (object, dict and OrderedDict bases only)."""
-    from compiler.tracer.construct import is_skipped_module
-
     meta = type(cls)
     if not issubclass(meta, type) or cls.__module__ == "builtins":
         return False
@@ -145,8 +134,6 @@ def new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> Var:
 def _call_fn(tx: Tracer, fn: Any, args: list[Var], name: str) -> Var:
     if not isinstance(fn, types.FunctionType):
         raise Break(f"attribute {name!r} is computed by builtin code")
-    from compiler.tracer.calls import call
-
     return call(tx, FunctionVar(fn=fn), args, {})
 
 
@@ -206,43 +193,67 @@ def object_method(
     """A builtin method of object or of the mapping base, on an instance built in the trace
     (reached through super() or because the class keeps the builtin one)."""
     if name == "__setattr__" and len(args) == 2:
-        raw_store(obj, _const_name(args[0]), args[1])
+        raw_store(obj, const_name(args[0]), args[1])
         return ConstVar(None)
     if name == "__getattribute__" and len(args) == 1:
-        key = _const_name(args[0])
+        key = const_name(args[0])
         if key in obj.fields:
             return obj.fields[key]
         return new_object_attr(tx, obj, key)
     if name == "__delattr__" and len(args) == 1:
-        key = _const_name(args[0])
+        key = const_name(args[0])
         if key not in obj.fields:
             raise Raised(ExceptionVar(AttributeError, [ConstVar(key)]))
         del obj.fields[key]
         return ConstVar(None)
     if name == "__init__" and obj.items is None and not args and not kwargs:
         return ConstVar(None)
-    if obj.items is not None:
-        from compiler.tracer.values.containers import dict_method
-
-        return dict_method(tx, obj.items, name, args, kwargs)
+    if obj.items is not None:  # dict's own method, on the mapping the instance holds
+        return call_method(tx, obj.items, name, args, kwargs)
     raise Break(f"method {name!r} of a {obj.cls.__name__} built during tracing")
 
 
-def _const_name(v: Var) -> str:
+def const_name(v: Var) -> str:
     if isinstance(v, ConstVar) and isinstance(v.value, str):
         return v.value
     raise Break("an attribute name that is not a constant string")
 
 
+# ---- attributes of real objects -------------------------------------------------------------
+
+
+def attr_value(tx: Tracer, value: Any, src: str | None, name: str) -> Var:
+    """The attribute `name` of a real object read through `src` (guarded there), its value
+    `value`; an object without a source gives its attribute unguarded."""
+    if src is None:
+        if isinstance(value, torch.Tensor):
+            raise Break(f"tensor attribute {name!r} of an object built during tracing")
+        return wrap_unguarded(value)
+    return wrap(tx, value, f"{src}.{name}")
+
+
+def class_attr(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
+    """`obj.name` where the lookup found `attr` on `obj`'s class `cls`: a method bound to it,
+    a property's getter inlined, a plain class attribute read."""
+    src = obj.source
+    if isinstance(attr, types.FunctionType):
+        fn_src = f"type({src}).{name}" if src else None
+        return MethodVar(FunctionVar(fn=attr, source=fn_src), obj)
+    if isinstance(attr, staticmethod):
+        return FunctionVar(fn=attr.__func__)
+    if isinstance(attr, classmethod):
+        return MethodVar(FunctionVar(fn=attr.__func__), ObjVar(cls))
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        return call(tx, FunctionVar(fn=attr.fget), [obj], {})
+    if isinstance(
+        attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+    ):
+        raise Break(f"builtin method {cls.__name__}.{name} runs in Python")
+    value = getattr(obj.held, name) if isinstance(obj, ObjVar) else attr
+    return attr_value(tx, value, src, name)
+
+
 # ---- attribute writes to real objects -------------------------------------------------------
-
-
-@dataclass
-class AttrWrites:
-    """The attributes a trace wrote to one real object (None: deleted)."""
-
-    obj: ObjVar
-    values: dict[str, Var | None] = field(default_factory=dict)
 
 
 def writable(obj: ObjVar, name: str) -> bool:
@@ -258,20 +269,6 @@ def writable(obj: ObjVar, name: str) -> bool:
     if not isinstance(getattr(obj.value, "__dict__", None), dict):
         return False
     return not hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
-
-
-def real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> Var:
-    """object's own attribute methods on a real object, reached through super() from the
-    ones its class writes in Python (a config's __getattribute__ and __setattr__)."""
-    from compiler.tracer.values.user_objects import object_getattribute
-
-    key = _const_name(args[0]) if args else ""
-    if name == "__getattribute__" and len(args) == 1:
-        return object_getattribute(tx, obj, key)
-    if name in ("__setattr__", "__delattr__") and writable(obj, key):
-        write_attr(tx, obj, key, args[1] if name == "__setattr__" and len(args) == 2 else None)
-        return ConstVar(None)
-    raise Break(f"object.{name} on a {type(obj.value).__name__} runs in Python")
 
 
 def written_attr(tx: Tracer, obj: ObjVar, name: str) -> Any:

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from compiler.tracer import objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
-from compiler.tracer.values.table import ops_of
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     ConstVar,
     DictVar,
+    IdentityKey,
     IteratorVar,
     ListVar,
     NewObjectVar,
@@ -24,7 +25,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 # The operators of BINARY_OP and COMPARE_OP, by their argrepr.
 BINARY_OPS: dict[str, Callable] = {
@@ -41,13 +42,6 @@ COMPARE_OPS: dict[str, Callable] = {
     "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
     ">": operator.gt, ">=": operator.ge,
 }  # fmt: skip
-
-
-def describe(v: Var) -> str:
-    named = ops_of(v).describe
-    if named is not None:
-        return named(v)
-    return type(v).__name__.replace("Var", "").lower()
 
 
 def _handled(out: Any) -> bool:
@@ -125,6 +119,12 @@ def delitem(tx: Tracer, obj: Var, index: Var) -> None:
 
 
 def dict_key(v: Var) -> Any:
+    """The key eager's dict files `v` under: the identity of a value hashed by its address,
+    else its constant value."""
+    identity = ops_of(v).identity
+    obj = identity(v) if identity is not None else NotImplemented
+    if _handled(obj):
+        return IdentityKey(v, obj)
     key = const_index(v)
     try:
         hash(key)

@@ -10,18 +10,15 @@ from __future__ import annotations
 import re
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
 from compiler.tracer.access import Local
+from compiler.tracer.context import AttrWrites, DeferredCall
 from compiler.tracer.guards import CompiledGuards, list_item
-from compiler.tracer.objects import AttrWrites
 from compiler.tracer.values.table import ops_of
-from compiler.tracer.variables import CellVar, TensorVar, Var
-
-if TYPE_CHECKING:
-    from compiler.tracer.values.library_calls import DeferredCall
+from compiler.tracer.variables import CellVar, LazyVar, TensorVar, Var
 
 
 class GradRestore:
@@ -34,12 +31,15 @@ class GradRestore:
         torch._C._set_grad_enabled(self.restore)
 
 
-# Expressions whose value no write of the rebuild code changes (see Emitter.snapshot).
+# Expressions whose value no write of the rebuild code changes (see Rebuilder.snapshot).
 _STABLE_EXPR = re.compile(r"[A-Za-z_]\w*|L\['\w+'\]|O\[\d+\]|-?\d+(\.\d*)?(e[+-]?\d+)?")
 
 
 @dataclass
-class Emitter:
+class Rebuilder:
+    """Writes an entry's rebuild code: context.Emitter, as the rebuild handlers of the value
+    kinds see it."""
+
     namespace: dict[str, Any]
     outputs: dict[int, int]  # id(fx node) -> index in O
     lines: list[str] = field(default_factory=list)
@@ -105,7 +105,7 @@ class Emitter:
 
 
 def side_effects(
-    em: Emitter, values: list[Var], attr_writes: list[AttrWrites], cells: list[CellVar]
+    em: Rebuilder, values: list[Var], attr_writes: list[AttrWrites], cells: list[CellVar]
 ) -> list[str]:
     """Replay, on the real objects, the changes the trace made to lists and dicts that exist
     outside the graph (in place, so every reference to them sees the change), the attributes
@@ -240,7 +240,9 @@ def compile_rebuild(
     those of the real frame `F`. `sym_text` writes the Python of a symbolic size (sizes are
     computed from the inputs, not graph outputs). Last come the `deferred` calls (log records,
     warnings), in the order the trace met them."""
-    em = Emitter(dict(namespace), {id(t.node): i for i, t in enumerate(outputs)}, sym_text=sym_text)
+    em = Rebuilder(
+        dict(namespace), {id(t.node): i for i, t in enumerate(outputs)}, sym_text=sym_text
+    )
     if kind == "return":
         result = em.snapshot(em.expr(value))
     else:
@@ -262,7 +264,7 @@ def compile_rebuild(
     return ns["rebuild"], source
 
 
-def _deferred_call(em: Emitter, call: DeferredCall) -> str:
+def _deferred_call(em: Rebuilder, call: DeferredCall) -> str:
     """One deferred call; a Var argument (a symbolic size) is read with the other values,
     before any side effect is replayed."""
     args = ", ".join(
@@ -272,6 +274,4 @@ def _deferred_call(em: Emitter, call: DeferredCall) -> str:
 
 
 def _is_lazy_same(v: Var, name: str) -> bool:
-    from compiler.tracer.translator import LazyVar
-
     return isinstance(v, LazyVar) and v.source == f"L[{name!r}]"

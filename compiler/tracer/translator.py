@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compiler.records import SourceLine
 from compiler.tracer import binding, calls, generators
 from compiler.tracer.breaks import Break, InlineBreak, Raised, Restart
 from compiler.tracer.bytecode import Code, Instr, decode
+from compiler.tracer.context import AttrWrites, DeferredCall, SymFrame
 from compiler.tracer.exceptions import describe_exception
 from compiler.tracer.graph_builder import GraphBuilder
 from compiler.tracer.guards import GuardSet
-from compiler.tracer.objects import AttrWrites
 from compiler.tracer.opcodes import TRACED
 from compiler.tracer.opcodes.registry import Return
 from compiler.tracer.shapes import DynamicPolicy
+
+# Every value family, imported once by the interpreter that dispatches over them, so that
+# each kind registers its handlers in values.table.VALUE_OPS before the first trace.
+from compiler.tracer.values import families  # noqa: F401
 from compiler.tracer.variables import (
     NULL,
     CellVar,
@@ -30,6 +34,7 @@ from compiler.tracer.variables import (
     DictVar,
     FunctionVar,
     IteratorVar,
+    LazyVar,
     ListVar,
     NewObjectVar,
     SetVar,
@@ -37,44 +42,10 @@ from compiler.tracer.variables import (
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
-if TYPE_CHECKING:
-    from compiler.tracer.values.library_calls import DeferredCall
-
 MAX_INSTRUCTIONS = 500_000
 MAX_INLINE_DEPTH = 32
 # What a closure cell read without a source may hold: code and classes, set once.
 _STABLE_CELL_TYPES = (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
-
-
-class LazyVar(Var):
-    """A root-frame local not read yet: wrapped (and guarded) on first use only."""
-
-    def __init__(self, value: Any, source: str):
-        self.value = value
-        self.source = source
-
-
-@dataclass
-class SymFrame:
-    code: Code
-    globals: dict
-    globals_source: str
-    locals: dict[str, Var]
-    cells: dict[str, CellVar]
-    stack: list[Var] = field(default_factory=list)
-    pc: int = 0
-    kw_names: tuple | None = None
-    fn_name: str = ""
-    yields: list[Var] | None = None  # values an inlined generator yielded
-
-    def line(self, pc: int | None = None) -> SourceLine:
-        ins = self.code.instructions[self.pc if pc is None else pc]
-        return SourceLine(
-            self.code.code.co_filename,
-            ins.lineno or 0,
-            self.code.line_text(ins.lineno),
-            self.fn_name,
-        )
 
 
 @dataclass
@@ -87,7 +58,9 @@ class TraceResult:
     break_kind: str = "unsupported"  # keys the fix suggested for a break (hints.py)
 
 
-class Tracer:
+class Translator:
+    """The symbolic interpreter: context.Tracer, as the handlers it runs see it."""
+
     def __init__(
         self,
         code: Code,

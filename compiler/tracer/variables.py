@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from compiler.tracer.breaks import Restart
+
 
 class Var:
     source: str | None = None
@@ -155,6 +157,7 @@ class FunctionVar(Var):
     name: str = ""
     defaults: Var | None = None  # TupleVar
     kwdefaults: Var | None = None  # DictVar
+    annotations: Var | None = None  # DictVar, made when first needed as eager makes it
     closure: list[CellVar] | None = None
     source: str | None = None
 
@@ -223,6 +226,63 @@ class IteratorVar(Var):
 
 
 @dataclass(eq=False)
+class GroupVar(IteratorVar):
+    """One group of an itertools.groupby, and whether it was found to have no more items
+    (eager's group then read the next group's first item)."""
+
+    ran_out: bool = False
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        super().move(index, exhausted)
+        self.ran_out = self.ran_out or exhausted
+
+
+@dataclass(eq=False)
+class GroupbyVar(IteratorVar):
+    """`itertools.groupby(...)`: an iterator over (key, group) pairs, `groups` the iterators
+    over each group's items. As in eager, moving on to the next pair, or finding no more,
+    leaves the groups before behind: reading one then gives nothing.
+
+    Over an iterator (`reads`: it, the position of each group's first item in it, and its
+    end), eager's groupby reads it as it goes: the first item of each group it gives, and
+    the groups read on from there (their links). Moving on expects the iterator where the
+    group given last left it; other code read it in between, eager's groups would differ,
+    and the groupby is made in Python."""
+
+    groups: list[GroupVar] = field(default_factory=list)
+    reads: tuple[IteratorVar, list[int], int] | None = None
+
+    def move(self, index: int, exhausted: bool = False) -> None:
+        before = self.index
+        if self.reads is not None and (index != before or exhausted):
+            self._read_to(before, index, exhausted)
+        super().move(index, exhausted)
+        for group in self.groups[: len(self.groups) if exhausted else max(index - 1, 0)]:
+            group.index = len(group.items)
+            group.links.clear()  # a group left behind no longer reads the iterator
+
+    def _read_to(self, before: int, index: int, exhausted: bool) -> None:
+        it, starts, end = self.reads
+        if before == 0:
+            expected = starts[0] if starts else end
+        else:
+            group = self.groups[before - 1]
+            after = starts[before] + 1 if before < len(starts) else end
+            expected = after if group.ran_out else starts[before - 1] + max(group.index, 1)
+        if it.index != expected:
+            raise Restart(
+                self.made_at,
+                "the iterator itertools.groupby() reads was read elsewhere in between; the "
+                "groupby runs in Python",
+                "unsupported",
+            )
+        if exhausted:
+            it.move(end, exhausted=True)
+        else:
+            it.move(starts[index - 1] + 1)
+
+
+@dataclass(eq=False)
 class EndlessIteratorVar(IteratorVar):
     """`itertools.count(start, step)` or `itertools.repeat(value)`: an iterator that never
     runs out, its items made as far as it is read (always one item ahead of `index`)."""
@@ -281,6 +341,14 @@ class AutocastExitVar(Var):
 
 
 @dataclass(eq=False)
+class LazyVar(Var):
+    """A root-frame local not read yet: wrapped (and guarded) on first use only."""
+
+    def __init__(self, value: Any, source: str):
+        self.value = value
+        self.source = source
+
+
 class NullVar(Var):
     """The NULL that PUSH_NULL / LOAD_GLOBAL / LOAD_ATTR push before a callable."""
 
@@ -328,6 +396,42 @@ class PartialVar(Var):
 NULL = NullVar()
 
 
+class IdentityKey:
+    """The dict or set key of a value eager hashes by its address: a tensor, a module, an
+    instance of a class that keeps object's __hash__ and __eq__. `obj` is the object whose
+    address it is (a tensor's fake, which fake mode shares wherever eager returns the same
+    tensor: `x.add_(1)`, `x.contiguous()`), `var` the value it was made from, which iterating
+    the dict gives back. It equals the object itself, so that a key filed from the real
+    object (a constant) is the same key, as in eager."""
+
+    __slots__ = ("var", "obj")
+
+    def __init__(self, var: Var, obj: Any):
+        self.var = var
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return object.__hash__(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return (other.obj if isinstance(other, IdentityKey) else other) is self.obj
+
+    def __repr__(self) -> str:
+        return f"IdentityKey({self.var!r})"
+
+
+def key_var(key: Any) -> Var:
+    """The value a dict's key gives back where the dict is iterated."""
+    return key.var if isinstance(key, IdentityKey) else ConstVar(key)
+
+
+def dict_vars(d: DictVar) -> list[Var]:
+    """The values a dict holds: its items, and its keys that are values of the trace (a
+    tensor, a module: IdentityKey), which come out of the graph with it."""
+    keys = [k.var for k in d.items if isinstance(k, IdentityKey)]
+    return [*keys, *d.items.values()]
+
+
 def is_const(v: Var) -> bool:
     return isinstance(v, ConstVar)
 
@@ -345,7 +449,10 @@ def as_python_constant(v: Var) -> Any:
     if isinstance(v, ListVar):
         return [as_python_constant(i) for i in v.items]
     if isinstance(v, DictVar):
-        return {k: as_python_constant(i) for k, i in v.items.items()}
+        return {
+            as_python_constant(k.var) if isinstance(k, IdentityKey) else k: as_python_constant(i)
+            for k, i in v.items.items()
+        }
     if isinstance(v, SetVar):
         items = {as_python_constant(i) for i in v.items}
         return frozenset(items) if v.cls is frozenset else items
@@ -376,7 +483,7 @@ def contains_tensor(v: Var) -> bool:
     if isinstance(v, (ListVar, TupleVar)):
         return any(contains_tensor(i) for i in v.items)
     if isinstance(v, DictVar):
-        return any(contains_tensor(i) for i in v.items.values())
+        return any(contains_tensor(i) for i in dict_vars(v))
     return False
 
 
@@ -391,7 +498,7 @@ def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
         for i in v.items:
             tensor_vars(i, out, seen)
     elif isinstance(v, DictVar):
-        for i in v.items.values():
+        for i in dict_vars(v):
             tensor_vars(i, out, seen)
     elif isinstance(v, SliceVar):
         for i in (v.start, v.stop, v.step):
@@ -400,7 +507,7 @@ def tensor_vars(v: Var, out: list[TensorVar], seen: set[int]) -> None:
         if v.contents is not None:
             tensor_vars(v.contents, out, seen)
     elif isinstance(v, FunctionVar):
-        for part in (v.defaults, v.kwdefaults):
+        for part in (v.defaults, v.kwdefaults, v.annotations):
             if part is not None:
                 tensor_vars(part, out, seen)
         for c in v.closure or ():

@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.support.autocast import DEVICE_TYPES, AutocastRestore
+from compiler.tracer.breaks import Break
 from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
+from compiler.tracer.lookups import python_method
+from compiler.tracer.reconstruct import GradRestore
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
 from compiler.tracer.variables import (
     AutocastExitVar,
@@ -28,7 +31,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 _LIST_ITERATOR = type(iter([]))
 _ITERATOR_TYPES = (_LIST_ITERATOR, type(iter(())), type(iter(range(0))))
@@ -111,6 +114,10 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return TupleVar(items, source, cls=type(value))
     if type(value) is dict or (isinstance(value, dict) and _plain_mapping(value)):
+        if not all(isinstance(k, CONSTANT_TYPES) or is_constant_tuple(k) for k in value):
+            # a tensor, a module or another object as a key has no source to read its item
+            # through, nor a guard that the next call's dict has the same keys
+            raise Break("a dict keyed by tensors or other objects, from outside the graph")
         guards.dict_keys(source, value, line)
         var = DictVar({}, source, cls=type(value))
         tx.external_containers[id(value)] = var
@@ -123,8 +130,6 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
     if isinstance(value, types.FunctionType):
         guards.identity(source, value, line)
         return FunctionVar(fn=value, source=source)
-    from compiler.tracer.reconstruct import GradRestore
-
     if isinstance(value, GradRestore):
         # the exit of a grad-mode `with` block that an earlier entry entered
         guards.type_of(source, value, line)
@@ -258,8 +263,6 @@ def _plain_mapping(value: dict) -> bool:
     """A dict subclass instance the trace holds as its mapping: no attributes of its own, and
     the reads guards and item sources make (keys, `[key]`) are the builtin ones. Methods
     the class writes in Python are still called (operations.load_attr)."""
-    from compiler.tracer.objects import python_method
-
     cls = type(value)
     if cls.__module__ == "collections":
         return True

@@ -47,13 +47,7 @@ def jit_annotate_is_identity(x):
     return y + n
 
 
-@case(
-    T(3),
-    graphs=1,
-    breaks=0,
-    xfail="subscripting a class or a typing alias (list[torch.Tensor]) is not traced yet "
-    "(values/user_objects.py)",
-)
+@case(T(3), graphs=1, breaks=0)
 def jit_annotate_generic_type(x):
     z: list[torch.Tensor] = torch.jit.annotate(list[torch.Tensor], [])
     z.append(x * 2)

@@ -157,14 +157,17 @@ def _new_traced_function(frame, code: types.CodeType) -> FunctionVar:
     return FunctionVar(code=code, globals=frame.globals, name=code.co_name)
 
 
-def _set_traced_attribute(fn: FunctionVar, flag: int, value: Var) -> None:
+def _set_traced_attribute(tx, fn: FunctionVar, flag: int, value: Var) -> None:
     if flag == 0x08:
         fn.closure = list(value.items)
+    elif flag == 0x04:  # (name, annotation, name, annotation, ...)
+        items = ops.unpack_iterable(tx, value)
+        names = [as_python_constant(n) for n in items[::2]]
+        fn.annotations = DictVar(dict(zip(names, items[1::2])))
     elif flag == 0x02:
         fn.kwdefaults = value
     elif flag == 0x01:
         fn.defaults = value
-    # annotations (0x04) are not read by the traced code
 
 
 def _new_real_function(f, code: types.CodeType, closure: tuple | None) -> types.FunctionType:
@@ -200,7 +203,7 @@ class MakeFunction312:
         fn = _new_traced_function(frame, as_python_constant(tx.pop(frame)))
         for flag in _ATTRIBUTES:
             if ins.arg & flag:
-                _set_traced_attribute(fn, flag, tx.pop(frame))
+                _set_traced_attribute(tx, fn, flag, tx.pop(frame))
         tx.push(frame, fn)
 
     def concrete(f, ins, call_real):
@@ -235,7 +238,7 @@ class SetFunctionAttribute:
         value = tx.pop(frame)
         if not isinstance(fn, FunctionVar) or fn.fn is not None:
             raise Break("setting an attribute of a function not made in the trace")
-        _set_traced_attribute(fn, ins.arg, value)
+        _set_traced_attribute(tx, fn, ins.arg, value)
         tx.push(frame, fn)
 
     def concrete(f, ins, call_real):

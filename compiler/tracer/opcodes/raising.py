@@ -1,5 +1,5 @@
 """Opcodes of exceptions and `with` blocks (exceptions.py has the tracer's model; the
-exception table sends a raised exception to its handler: Tracer.unwind, concrete.step)."""
+exception table sends a raised exception to its handler: Translator.unwind, concrete.step)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import is_simple_exception_class
 from compiler.tracer.opcodes.registry import opcode
+from compiler.tracer.values.table import describe
 from compiler.tracer.variables import (
     AutocastExitVar,
     AutocastVar,
@@ -68,7 +69,7 @@ def exception_value(v: Var) -> ExceptionVar:
         return v
     if isinstance(v, ObjVar) and is_simple_exception_class(v.value):
         return ExceptionVar(v.value, [])
-    raise Break(f"raise of {ops.describe(v)} runs in Python", "exception")
+    raise Break(f"raise of {describe(v)} runs in Python", "exception")
 
 
 @opcode("RERAISE")
@@ -139,7 +140,7 @@ class CheckExcMatch:
         match = tx.pop(frame)
         exc = tx.resolve(frame.stack[-1])
         if not isinstance(exc, ExceptionVar) or not is_python_constant(match):
-            raise Break(f"`except` over {ops.describe(match)} is not traced")
+            raise Break(f"`except` over {describe(match)} is not traced")
         classes = as_python_constant(match)
         for cls in classes if isinstance(classes, tuple) else (classes,):
             if not (isinstance(cls, type) and issubclass(cls, BaseException)):
@@ -208,7 +209,7 @@ def python_context_methods(ctx: Var) -> tuple[FunctionVar, FunctionVar]:
         cls = type(ctx.value)  # torch's context managers change global state: not inlined
     found = [getattr(cls, name, None) for name in ("__enter__", "__exit__")] if cls else []
     if len(found) != 2 or not all(isinstance(f, types.FunctionType) for f in found):
-        raise Break(f"`with` over {ops.describe(ctx)} runs in Python", "context_manager")
+        raise Break(f"`with` over {describe(ctx)} runs in Python", "context_manager")
     return FunctionVar(fn=found[0]), FunctionVar(fn=found[1])
 
 

@@ -36,7 +36,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 _BASE_SETUP_CONTEXT = torch.autograd.Function.setup_context
 _BASE_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")

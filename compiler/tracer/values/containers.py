@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from compiler.tracer import builtin_fns, calls, objects, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.lookups import python_method
 from compiler.tracer.values.numbers import SIMPLE_LITERALS
 from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, ops_of
 from compiler.tracer.variables import (
@@ -19,6 +20,7 @@ from compiler.tracer.variables import (
     DictVar,
     ExceptionVar,
     FunctionVar,
+    IdentityKey,
     IteratorVar,
     ListVar,
     MethodVar,
@@ -27,13 +29,14 @@ from compiler.tracer.variables import (
     TupleVar,
     Var,
     as_python_constant,
+    dict_vars,
+    key_var,
     tuple_fields,
     tuple_kind,
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 KEYS_VIEW = type({}.keys())
 
@@ -279,10 +282,10 @@ def _dict_setdefault(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str,
 
 def _view_items(d: DictVar, kind: str) -> list[Var]:
     if kind == "keys":
-        return [ConstVar(k) for k in d.items]
+        return [key_var(k) for k in d.items]
     if kind == "values":
         return list(d.items.values())
-    return [TupleVar([ConstVar(k), v]) for k, v in d.items.items()]
+    return [TupleVar([key_var(k), v]) for k, v in d.items.items()]
 
 
 def _view(kind: str) -> Method:
@@ -344,14 +347,14 @@ def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
     if name == "default_factory" and d.default is not None:
         return d.default
     if d.cls is not dict:
-        method = objects.python_method(d.cls, name)  # a dict subclass's own method
+        method = python_method(d.cls, name)  # a dict subclass's own method
         if method is not None:
             return MethodVar(FunctionVar(fn=method), d)
     return AttrCallVar(d, name)
 
 
 def _dict_getitem(tx: Tracer, d: DictVar, index: Var) -> Var:
-    key = operations.const_index(index)
+    key = operations.dict_key(index)
     if key not in d.items:
         return _missing(tx, d, key, index)
     return d.items[key]
@@ -384,14 +387,21 @@ def _dict_binary(tx: Tracer, op: Callable, a: DictVar, b: Var) -> Var:
 
 def _dict_iter(tx: Tracer, d: DictVar) -> Var:
     if d.cls is dict:
-        return IteratorVar([ConstVar(k) for k in d.items], seq=d)
+        return IteratorVar([key_var(k) for k in d.items], seq=d)
     return NotImplemented
+
+
+def _key_expr(em: Emitter, key: Any) -> str:
+    """The rebuild code's expression of a dict key: the value it was filed from, for one
+    hashed by its address (a tensor, a module), else the constant."""
+    if isinstance(key, IdentityKey):
+        return em.expr(key.var)
+    return repr(key) if type(key) in SIMPLE_LITERALS else em.ref(key, "k")
 
 
 def _dict_rebuild(em: Emitter, d: DictVar) -> str:
     inner = ", ".join(
-        f"{em.ref(k, 'k') if type(k) not in SIMPLE_LITERALS else repr(k)}: {em.expr(i)}"
-        for k, i in d.items.items()
+        f"{_key_expr(em, k)}: {em.expr(i)}" for k, i in d.items.items()
     )
     if d.cls is dict:
         return "{" + inner + "}"
@@ -404,7 +414,7 @@ def _dict_replay(em: Emitter, d: DictVar, lines: list[str]) -> None:
     if d.mutated and d.source:
         # through the builtin mapping's methods: a subclass's own may do more (or refuse)
         base = em.ref(objects.mapping_base(d.cls), "cls")
-        items = ", ".join(f"{em.ref(k, 'k')}: {em.expr(i)}" for k, i in d.items.items())
+        items = ", ".join(f"{_key_expr(em, k)}: {em.expr(i)}" for k, i in d.items.items())
         new = em.temp(f"{{{items}}}")
         target = em.snapshot(d.source)
         lines.append(f"    {base}.clear({target})")
@@ -421,11 +431,11 @@ VALUE_OPS[DictVar] = ValueOps(
     binary=_dict_binary,
     truth=lambda tx, d: bool(d.items),
     contains=lambda tx, d, item: operations.dict_key(item) in d.items,
-    iterate=lambda tx, d: [ConstVar(k) for k in d.items],
+    iterate=lambda tx, d: [key_var(k) for k in d.items],
     get_iter=_dict_iter,
     rebuild=_dict_rebuild,
     one_object=True,
-    replay_children=lambda d: list(d.items.values()),
+    replay_children=dict_vars,
     replay=_dict_replay,
 )
 

@@ -1,5 +1,5 @@
-"""Every family of value kinds, imported once (by table.ops_of, at the first lookup, when
-the tracer's modules are all loaded) so that each registers its kinds in VALUE_OPS."""
+"""Every family of value kinds, imported once by the translator (the interpreter that
+dispatches over them), so that each registers its kinds in table.VALUE_OPS."""
 
 from compiler.tracer.values import (  # noqa: F401
     autograd_functions,

@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING
 import torch
 
 from compiler import optim
-from compiler.tracer import builtin_fns, calls, operations
+from compiler.tracer import builtin_fns, calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.hints import call_kind
 from compiler.tracer.marked import marked_call
 from compiler.tracer.values import torch_functions
-from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     CellVar,
     ConstVar,
+    DictVar,
     FunctionVar,
     MethodVar,
     NullVar,
@@ -30,8 +31,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 # A function's code and names: stable for the function object, whose identity is guarded.
 _FUNCTION_CONSTANTS = ("__code__", "__name__", "__qualname__", "__module__", "__doc__")
@@ -52,13 +52,17 @@ def _attr(tx: Tracer, fn: FunctionVar, name: str) -> Var:
             return ConstVar(fn.get_globals().get("__name__"))
         if name == "__code__":
             return ObjVar(fn.code)
+        if name == "__annotations__":  # one dict, made empty on the first read if none
+            if fn.annotations is None:
+                fn.annotations = DictVar({})
+            return fn.annotations
         raise Break(f"attribute {name!r} of a function made while tracing")
     if name in _FUNCTION_CONSTANTS:
         value = getattr(fn.fn, name)
         return ObjVar(value) if isinstance(value, types.CodeType) else wrap_unguarded(value)
     if fn.source is None:
         raise Break(
-            f"attribute {name!r} of {operations.describe(fn)}, which has no source to guard"
+            f"attribute {name!r} of {describe(fn)}, which has no source to guard"
         )
     try:
         value = getattr(fn.fn, name)
@@ -104,7 +108,7 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
             return torch_functions.torch_call(tx, real, args, kwargs)
         if calls.is_skipped(real):
             raise Break(
-                f"call to {operations.describe(fn)} runs in Python (library code is not traced)",
+                f"call to {describe(fn)} runs in Python (library code is not traced)",
                 call_kind(real, library=True),
             )
     return tx.inline(fn, args, kwargs)
@@ -123,7 +127,7 @@ def _call_grad_decorated(
     ctx = factory() if callable(factory) else None
     if type(ctx) not in (torch.no_grad, torch.enable_grad):
         raise Break(
-            f"call to {operations.describe(fn)} runs in Python (a context-manager decorator)",
+            f"call to {describe(fn)} runs in Python (a context-manager decorator)",
             "context_manager",
         )
     enabled = type(ctx) is torch.enable_grad
@@ -134,8 +138,13 @@ def _call_grad_decorated(
     return result
 
 
-def _with_kwdefaults(fn: types.FunctionType, kwdefaults: dict) -> types.FunctionType:
+def _with_attributes(
+    fn: types.FunctionType, kwdefaults: dict | None, annotations: dict | None
+) -> types.FunctionType:
+    """`fn` with the keyword defaults and annotations MAKE_FUNCTION gave it."""
     fn.__kwdefaults__ = kwdefaults
+    if annotations is not None:
+        fn.__annotations__ = annotations
     return fn
 
 
@@ -147,9 +156,12 @@ def _rebuild(em: Emitter, fn: FunctionVar) -> str:
         closure = "(" + "".join(em.cell(c) + ", " for c in fn.closure) + ")"
     defaults = em.expr(fn.defaults) if fn.defaults is not None else "None"
     made = f"{em.ref(types.FunctionType, 'cls')}({em.ref(fn.code, 'code')}, {em.ref(fn.globals, 'g')}, {fn.name!r}, {defaults}, {closure})"
-    if fn.kwdefaults is not None:
-        return f"{em.ref(_with_kwdefaults, 'fn')}({made}, {em.expr(fn.kwdefaults)})"
-    return made
+    if fn.kwdefaults is None and fn.annotations is None:
+        return made
+    kwdefaults, annotations = (
+        em.expr(v) if v is not None else "None" for v in (fn.kwdefaults, fn.annotations)
+    )
+    return f"{em.ref(_with_attributes, 'fn')}({made}, {kwdefaults}, {annotations})"
 
 
 def _always(tx: Tracer, v: Var) -> bool:

@@ -10,8 +10,7 @@ from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import IteratorVar, Var
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 
 def _iterate(tx: Tracer, it: IteratorVar) -> list[Var]:

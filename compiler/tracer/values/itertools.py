@@ -1,7 +1,8 @@
 """itertools and functools.reduce over traced values: computed at trace time into an iterator
 over the items they give (`IteratorVar`), as zip and map are (builtin_fns.py); count() and
 repeat() without a length are endless iterators (`EndlessIteratorVar`), read as far as the
-trace reads them.
+trace reads them; groupby() is an iterator over its groups (`GroupbyVar`) that leaves each
+behind as eager's does.
 
 An argument that is itself an iterator is consumed as in eager: the result is linked to it
 with, for each number of items taken from the result, how far the argument has been read
@@ -17,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.tracer import builtin_fns, calls, generators
 from compiler.tracer.breaks import Break, Raised
-from compiler.tracer.operations import binary, unpack_iterable
+from compiler.tracer.operations import binary, truth, unpack_iterable
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import (
     ConstVar,
     EndlessIteratorVar,
     ExceptionVar,
+    GroupbyVar,
+    GroupVar,
     IteratorVar,
     TupleVar,
     Var,
@@ -31,8 +34,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 Args = list[Var]
 Kwargs = dict[str, Var]
@@ -214,6 +216,51 @@ def _reduce(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
     return total
 
 
+# ---- groupby: runs of equal keys ---------------------------------------------------------
+
+
+def _groupby(tx: Tracer, args: Args, kwargs: Kwargs) -> Var:
+    """`itertools.groupby(iterable, key=None)`: its keys computed ahead (the key function
+    called once per item, in order, as eager calls it), each compared with its group's first
+    key as eager compares them (`==`, the same value first). A group is left behind when the
+    groupby moves on (GroupbyVar); both are checked as a generator run ahead is
+    (generators.py)."""
+    iterable = args[0] if args else kwargs["iterable"]
+    key = args[1] if len(args) > 1 else kwargs.get("key", ConstVar(None))
+    items = _items(tx, iterable)
+    before = generators.run_started(tx)
+    keys = items if _is_none(key) else [calls.call(tx, key, [item], {}) for item in items]
+    runs: list[tuple[Var, list[Var]]] = []
+    for k, item in zip(keys, items):
+        if runs and (runs[-1][0] is k or truth(tx, binary(tx, operator.eq, runs[-1][0], k))):
+            runs[-1][1].append(item)
+        else:
+            runs.append((k, [item]))
+    own = generators.ran_ahead(tx, "groupby", before, [iterable, key])
+    groups = [GroupVar(members) for _, members in runs]
+    out = GroupbyVar([TupleVar([k, g]) for (k, _), g in zip(runs, groups)], groups=groups)
+    if isinstance(iterable, IteratorVar):
+        _reads(tx, out, iterable, [len(members) for _, members in runs])
+    for g in groups:
+        generators.follow(tx, g, [iterable], own)
+    return generators.follow(tx, out, [iterable], own)
+
+
+def _reads(tx: Tracer, out: GroupbyVar, it: IteratorVar, sizes: list[int]) -> None:
+    """Link `out` and its groups to the iterator they read, as eager's groupby reads it: a
+    group that gave i items has read it to its i-th item (its first when it gave none, read
+    when the groupby gave the group), and ran out having read the next group's first."""
+    starts = [it.index + sum(sizes[:k]) for k in range(len(sizes))]
+    end = it.index + sum(sizes)
+    out.reads = (it, starts, end)
+    out.made_at = tx.root_pc
+    for k, (g, start) in enumerate(zip(out.groups, starts)):
+        positions = [start + max(i, 1) for i in range(sizes[k] + 1)]
+        final = (starts[k + 1] + 1, False) if k + 1 < len(starts) else (end, True)
+        g.links.append((it, positions, final))
+        g.made_at = tx.root_pc
+
+
 def _is_none(v: Var) -> bool:
     return isinstance(v, ConstVar) and v.value is None
 
@@ -269,6 +316,7 @@ builtin_fns.SPECIAL.update(
         ),
         itertools.permutations: _combinatoric(itertools.permutations),
         itertools.accumulate: _accumulate,
+        itertools.groupby: _groupby,
         itertools.starmap: _starmap,
         itertools.count: _count,
         itertools.repeat: _repeat,

@@ -14,7 +14,6 @@ import functools
 import logging
 import types
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,25 +21,13 @@ import torch
 from compiler.records import ControlRecord, SourceLine
 from compiler.tracer import builtin_fns, calls
 from compiler.tracer.breaks import Break
+from compiler.tracer.context import DeferredCall
 from compiler.tracer.shapes import is_symbolic
 from compiler.tracer.variables import ConstVar, FunctionVar, ObjVar, Var, as_python_constant
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
-
-
-@dataclass
-class DeferredCall:
-    """A call with constant arguments whose only effect is outside the program (a log record,
-    a warning): the trace keeps it, and the entry's rebuild code makes it for real after the
-    graph, in trace order (reconstruct.py). An argument that is a Var (a symbolic size, such
-    as a step counter that changes per call) is computed by the rebuild code from the inputs."""
-
-    fn: Any
-    args: tuple  # Python values, or Vars of symbolic sizes
-    kwargs: dict
-    what: str  # readable, for the records
+    from compiler.tracer.context import Tracer
 
 
 # ---- constant arguments -----------------------------------------------------------------

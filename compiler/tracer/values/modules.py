@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from compiler.support.static import mark_static_address
-from compiler.tracer import calls
+from compiler.tracer import calls, objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.lookups import MISSING, lookup
-from compiler.tracer.values import user_objects
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -31,7 +30,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 CONTAINERS = (
     torch.nn.ModuleList,
@@ -53,19 +52,19 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
         raise Break(f"{cls.__name__} has its own __getattribute__: reading .{name} runs in Python")
     attr = lookup(cls, name)
     if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
-        return user_objects.class_attr(tx, mod_var, cls, name, attr)
+        return objects.class_attr(tx, mod_var, cls, name, attr)
     if name in d:
-        return user_objects.attr_value(tx, d[name], src, name)
+        return objects.attr_value(tx, d[name], src, name)
     if attr is not MISSING:
         if name in MODULE_METHODS and attr is getattr(torch.nn.Module, name) and src is not None:
             return AttrCallVar(mod_var, name)  # called through module_method below
-        return user_objects.class_attr(tx, mod_var, cls, name, attr)
+        return objects.class_attr(tx, mod_var, cls, name, attr)
     for store in ("_parameters", "_buffers", "_modules"):
         table = d.get(store)
         if table is not None and name in table:
             if store == "_buffers" and isinstance(table[name], torch.Tensor):
                 mark_static_address(table[name])  # a CUDA graph may read it in place
-            return user_objects.attr_value(tx, table[name], src, name)
+            return objects.attr_value(tx, table[name], src, name)
     raise Break(f"{cls.__name__} has no attribute {name!r}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from compiler.tracer import operations
+from compiler.tracer import calls, operations
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.shapes import is_symbolic
@@ -14,8 +14,7 @@ from compiler.tracer.variables import ConstVar, ObjVar, Var
 from compiler.tracer.wrap import wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 # Constants written as Python literals in generated code; others are referenced by name.
 SIMPLE_LITERALS = (int, str, bytes, bool, type(None))
@@ -56,9 +55,7 @@ def _attr(tx: Tracer, c: ConstVar, name: str) -> Var:
 def _call(tx: Tracer, fn: ConstVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if not callable(fn.value):
         return NotImplemented
-    from compiler.tracer.values import user_objects
-
-    return user_objects.call_object(tx, ObjVar(fn.value), args, kwargs)
+    return calls.call(tx, ObjVar(fn.value), args, kwargs)  # the object's own call
 
 
 def _getitem(tx: Tracer, c: ConstVar, index: Var) -> Var:

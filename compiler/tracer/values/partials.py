@@ -22,8 +22,7 @@ from compiler.tracer.variables import (
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 
 def _unfold(tx: Tracer, fn: Var) -> PartialVar | None:

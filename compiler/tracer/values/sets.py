@@ -17,16 +17,18 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
-from compiler.tracer import builtin_fns, objects, operations
+from compiler.tracer import builtin_fns, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.lookups import python_method
 from compiler.tracer.shapes import concrete
 from compiler.tracer.values.containers import KEYS_VIEW
-from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
     ExceptionVar,
+    IdentityKey,
     NewObjectVar,
     SetVar,
     TensorVar,
@@ -35,8 +37,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 _MUTATORS = (
     "add", "discard", "remove", "pop", "clear", "update", "intersection_update",
@@ -44,35 +45,19 @@ _MUTATORS = (
 )  # fmt: skip
 
 
-class _Identity:
-    """The key of a value hashed by its address: a tensor, or an instance built in the trace
-    whose class keeps object's __hash__ and __eq__."""
-
-    __slots__ = ("var",)
-
-    def __init__(self, var: Var):
-        self.var = var
-
-    def __hash__(self) -> int:
-        return id(self.var)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Identity) and other.var is self.var
-
-
 def key_of(v: Var) -> Any:
     """The key eager's set files `v` under (raising TypeError, as eager does, for a value
     that cannot be hashed)."""
     if isinstance(v, TensorVar):
-        return _Identity(v)
+        return IdentityKey(v, v.fake)  # one tensor where fake mode gives one fake
     if isinstance(v, NewObjectVar):
-        if any(objects.python_method(v.cls, n) for n in ("__hash__", "__eq__")):
+        if any(python_method(v.cls, n) for n in ("__hash__", "__eq__")):
             raise Break(f"a {v.cls.__name__} with its own __hash__ or __eq__ in a set")
-        return _Identity(v)
+        return IdentityKey(v, v)
     try:
         value = as_python_constant(v)
     except TypeError:
-        raise Break(f"{operations.describe(v)} in a set is not traced") from None
+        raise Break(f"{describe(v)} in a set is not traced") from None
     value = concrete(value)  # a symbolic size hashes as its value, under a guard on it
     try:
         hash(value)
@@ -293,7 +278,7 @@ def _contains(tx: Tracer, s: SetVar, item: Var) -> bool:
 
 
 def _iterate(tx: Tracer, s: SetVar) -> list[Var]:
-    by_address = [i for i in s.items if isinstance(key_of(i), _Identity)]
+    by_address = [i for i in s.items if isinstance(key_of(i), IdentityKey)]
     if len(by_address) > 1 and s.cls is not KEYS_VIEW:
         raise Break("iteration over a set of tensors or objects: eager's order is their addresses")
     return list(s.items)

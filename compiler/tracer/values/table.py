@@ -1,11 +1,15 @@
 """The table of value kinds: for each kind of tracer value, what attribute access, calls,
 methods, subscripts, operators, truth, iteration and rebuilding do with it.
 
-Each family module of this package registers its kinds (`VALUE_OPS[ListVar] = ValueOps(...)`);
-operations.py, calls.py and reconstruct.py look the handlers up here instead of testing kinds
-one after the other, so that a new kind of value is one new module. A slot left at None means
-the kind does not support that operation: the dispatcher breaks the graph (or, for rebuilding,
-raises) with the message it always gave.
+Each family module of this package registers its kinds (`VALUE_OPS[ListVar] = ValueOps(...)`),
+and the translator imports them all (families.py) before the first trace. operations.py,
+calls.py and reconstruct.py look the handlers up here instead of testing kinds one after the
+other, so that a new kind of value is one new module. A slot left at None means the kind does
+not support that operation: the dispatcher breaks the graph (or, for rebuilding, raises) with
+the message it always gave.
+
+The table sits under the dispatchers and the families, and imports neither: the handlers'
+tracer and emitter are the protocols of context.py.
 """
 
 from __future__ import annotations
@@ -17,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 from compiler.tracer.variables import Var
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 Method = Callable[["Tracer", Any, list[Var], dict[str, Var]], Var]
 
@@ -54,6 +57,9 @@ class ValueOps:
     unary: Callable[[Tracer, Callable, Any], Var] | None = None
     truth: Callable[[Tracer, Any], bool] | None = None
     same: Callable[[Any, Var], bool | None] | None = None  # `a is b`; None: undecided
+    # the object whose address eager's dict hashes the value by (a tensor's fake, a module);
+    # NotImplemented, or no handler: the value is hashed as the constant it is
+    identity: Callable[[Any], Any] | None = None
     contains: Callable[[Tracer, Any, Var], bool] | None = None
     iterate: Callable[[Tracer, Any], list[Var]] | None = None
     get_iter: Callable[[Tracer, Any], Var] | None = None
@@ -75,8 +81,14 @@ def ops_of(v: Var) -> ValueOps:
     kind = type(v)
     ops = _BY_TYPE.get(kind)
     if ops is None:
-        from compiler.tracer.values import families  # noqa: F401  (they register the kinds)
-
         ops = next((VALUE_OPS[k] for k in kind.__mro__ if k in VALUE_OPS), _NONE)
         _BY_TYPE[kind] = ops
     return ops
+
+
+def describe(v: Var) -> str:
+    """How break reasons name `v`."""
+    named = ops_of(v).describe
+    if named is not None:
+        return named(v)
+    return type(v).__name__.replace("Var", "").lower()

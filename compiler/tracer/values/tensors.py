@@ -8,16 +8,14 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from compiler.tracer import operations
 from compiler.tracer.breaks import Break
 from compiler.tracer.hints import tensor_method_kind
-from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import AttrCallVar, ConstVar, TensorVar, Var, is_python_constant
 from compiler.tracer.wrap import wrap
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 # Tensor attributes that are metadata: constants, since the tensor's guards pin them.
 TENSOR_META = {
@@ -78,7 +76,7 @@ def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[s
 def _operators(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:
     if not all(isinstance(x, TensorVar) or is_python_constant(x) for x in (a, b)):
         other = b if isinstance(a, TensorVar) else a
-        raise Break(f"operator {op.__name__} between a tensor and {operations.describe(other)}")
+        raise Break(f"operator {op.__name__} between a tensor and {describe(other)}")
     return tx.builder.call("call_function", op, [a, b], {})
 
 
@@ -95,7 +93,8 @@ def _truth(tx: Tracer, t: TensorVar) -> bool:
 
 
 def _same(a: TensorVar, b: Var) -> bool | None:
-    return a.node is b.node if isinstance(b, TensorVar) else None
+    # one tensor where fake mode gives the same fake: `x.add_(1) is x`, as in eager
+    return a.fake is b.fake if isinstance(b, TensorVar) else None
 
 
 def _iterate(tx: Tracer, t: TensorVar) -> list[Var]:
@@ -123,6 +122,7 @@ VALUE_OPS[TensorVar] = ValueOps(
     unary=lambda tx, op, t: tx.builder.call("call_function", op, [t], {}),
     truth=_truth,
     same=_same,
+    identity=lambda t: t.fake,  # a tensor hashes by its address
     iterate=_iterate,
     rebuild=_rebuild,
     source_first=False,

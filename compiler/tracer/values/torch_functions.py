@@ -28,7 +28,7 @@ from compiler.tracer.variables import (
 )
 
 if TYPE_CHECKING:
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Tracer
 
 # torch functions that end the graph with a reason of their own
 _AUTOGRAD_REASONS = {

@@ -15,12 +15,13 @@ import torch
 
 from compiler.tracer import builtin_fns, calls, construct, objects, operations
 from compiler.tracer.breaks import Break, Raised
-from compiler.tracer.exceptions import exception_attr
+from compiler.tracer.exceptions import exception_attr, raise_python
 from compiler.tracer.hints import call_kind
+from compiler.tracer.lookups import python_method
 from compiler.tracer.marked import marked_call
 from compiler.tracer.values import modules, torch_functions
 from compiler.tracer.values.numbers import describe_value, same_value
-from compiler.tracer.values.table import VALUE_OPS, ValueOps
+from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -33,44 +34,17 @@ from compiler.tracer.variables import (
     SuperVar,
     TensorVar,
     Var,
+    key_var,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
-    from compiler.tracer.reconstruct import Emitter
-    from compiler.tracer.translator import Tracer
+    from compiler.tracer.context import Emitter, Tracer
 
 _MISSING = object()
 
 
 # ---- attributes of real objects ------------------------------------------------------------------
-
-
-def attr_value(tx: Tracer, value: Any, src: str | None, name: str) -> Var:
-    if src is None:
-        if isinstance(value, torch.Tensor):
-            raise Break(f"tensor attribute {name!r} of an object built during tracing")
-        return wrap_unguarded(value)
-    return wrap(tx, value, f"{src}.{name}")
-
-
-def class_attr(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
-    src = obj.source
-    if isinstance(attr, types.FunctionType):
-        fn_src = f"type({src}).{name}" if src else None
-        return MethodVar(FunctionVar(fn=attr, source=fn_src), obj)
-    if isinstance(attr, staticmethod):
-        return FunctionVar(fn=attr.__func__)
-    if isinstance(attr, classmethod):
-        return MethodVar(FunctionVar(fn=attr.__func__), ObjVar(cls))
-    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        return calls.call(tx, FunctionVar(fn=attr.fget), [obj], {})
-    if isinstance(
-        attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
-    ):
-        raise Break(f"builtin method {cls.__name__}.{name} runs in Python")
-    value = getattr(obj.held, name) if isinstance(obj, ObjVar) else attr
-    return attr_value(tx, value, src, name)
 
 
 def _attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
@@ -95,11 +69,11 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
             return MethodVar(FunctionVar(fn=attr.__func__), obj)
         if isinstance(attr, types.FunctionType):
             return FunctionVar(fn=attr)
-        return attr_value(tx, getattr(value, name), obj.source, name)
+        return objects.attr_value(tx, getattr(value, name), obj.source, name)
     # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
     # is inlined), then __getattr__ where that raised AttributeError.
-    getattribute = objects.python_method(type(value), "__getattribute__")
-    getattr_fn = objects.python_method(type(value), "__getattr__")
+    getattribute = python_method(type(value), "__getattribute__")
+    getattr_fn = python_method(type(value), "__getattr__")
     unwound = tx.unwound
     try:
         if getattribute is not None:
@@ -128,19 +102,19 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
     instance_dict = getattr(value, "__dict__", None)
     data_descriptor = hasattr(type(class_member), "__set__")
     if not data_descriptor and isinstance(instance_dict, dict) and name in instance_dict:
-        return attr_value(tx, instance_dict[name], obj.source, name)
+        return objects.attr_value(tx, instance_dict[name], obj.source, name)
     if class_member is _MISSING:
         # AttributeError, as object.__getattribute__ raises it; a __getattr__ the class
         # writes in Python is then called (_object_attr); one written in C is not traced
         getattr_fn = getattr(cls, "__getattr__", None)
         if cls.__getattribute__ is object.__getattribute__ and (
-            getattr_fn is None or objects.python_method(cls, "__getattr__") is not None
+            getattr_fn is None or python_method(cls, "__getattr__") is not None
         ):
             message = f"'{cls.__name__}' object has no attribute '{name}'"
             raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
         raise Break(f"{cls.__name__} object has no attribute {name!r} the tracer can see")
     if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
-        raise Break(f"attribute {name!r} of {operations.describe(obj)} is not traced")
+        raise Break(f"attribute {name!r} of {describe(obj)} is not traced")
     if obj.identity is not None and isinstance(instance_dict, dict):
         tx.guards.add(
             "HASATTR",
@@ -149,7 +123,7 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
             f"{obj.source}.{name} is its class's",
             tx.builder.line,
         )
-    return class_attr(tx, obj, cls, name, class_member)
+    return objects.class_attr(tx, obj, cls, name, class_member)
 
 
 def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
@@ -218,17 +192,30 @@ def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var])
     if isinstance(call_attr, types.FunctionType):
         return calls.call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
     raise Break(
-        f"call to {operations.describe(fn)} runs in Python (it is not a torch op or Python code)",
+        f"call to {describe(fn)} runs in Python (it is not a torch op or Python code)",
         call_kind(value),
     )
 
 
 def _method(tx: Tracer, obj: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:
     if name in ("__getattribute__", "__setattr__", "__delattr__"):
-        return objects.real_object_method(tx, obj, name, args)
+        return _real_object_method(tx, obj, name, args)
     if isinstance(obj.value, torch.nn.Module):
         return modules.module_method(tx, obj, name, args, kwargs)
     return NotImplemented
+
+
+def _real_object_method(tx: Tracer, obj: ObjVar, name: str, args: list[Var]) -> Var:
+    """object's own attribute methods on a real object, reached through super() from the
+    ones its class writes in Python (a config's __getattribute__ and __setattr__)."""
+    key = objects.const_name(args[0]) if args else ""
+    if name == "__getattribute__" and len(args) == 1:
+        return object_getattribute(tx, obj, key)
+    if name in ("__setattr__", "__delattr__") and objects.writable(obj, key):
+        value = args[1] if name == "__setattr__" and len(args) == 2 else None
+        objects.write_attr(tx, obj, key, value)
+        return ConstVar(None)
+    raise Break(f"object.{name} on a {type(obj.value).__name__} runs in Python")
 
 
 # ---- operators written in Python -------------------------------------------------------------
@@ -257,6 +244,8 @@ def _answer(out: Any) -> Any:
 def _binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
     """`a op b` (`a op= b`) by the operator methods a's class writes in Python; the reflected
     method of b's class is tried by the dispatcher (`_rbinary`)."""
+    if op is operator.or_ and _union_operand(a) and _union_operand(b):
+        return _union(a, b)
     fallback = operations.INPLACE_FALLBACK.get(op)
     if fallback is not None:
         out = _answer(objects.call_dunder(tx, a, f"__i{op.__name__[1:]}__", [b]))
@@ -270,6 +259,8 @@ def _binary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
 
 
 def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
+    if op is operator.or_ and _union_operand(a) and _union_operand(b):
+        return _union(a, b)
     names = _OPERATOR_METHODS.get(operations.INPLACE_FALLBACK.get(op, op))
     if names is None or objects.class_of(a) is objects.class_of(b):
         return NotImplemented  # Python reflects only onto another class
@@ -280,9 +271,74 @@ def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
 
 
 def _getitem(tx: Tracer, obj: ObjVar, index: Var) -> Var:
+    if _is_annotation_form(obj.held):
+        return _annotation(obj, index)
     if not isinstance(obj.value, modules.CONTAINERS):
         return NotImplemented
     return modules.container_getitem(tx, obj, operations.const_index(index))
+
+
+def _is_annotation_form(value: Any) -> bool:
+    """A generic class or typing form whose subscript only builds an annotation object
+    (`list[int]`, `dict[str, torch.Tensor]`, `typing.Optional[X]`, `typing.List[X]`, a
+    `Generic[T]` subclass): the class's __class_getitem__ is C's, types.GenericAlias or
+    typing's, or the form is typing's."""
+    if isinstance(value, type):
+        make = getattr(value, "__class_getitem__", None)
+        fn = getattr(make, "__func__", None)
+        return (
+            isinstance(make, types.BuiltinMethodType)
+            or fn is types.GenericAlias
+            or getattr(fn, "__module__", None) == "typing"
+        )
+    return isinstance(value, (types.GenericAlias, types.UnionType)) or (
+        type(value).__module__ == "typing"
+    )
+
+
+def _union_operand(v: Var) -> bool:
+    """A side of `X | None` in an annotation (PEP 604): None, a class whose metaclass keeps
+    type's `|`, or an annotation object."""
+    if isinstance(v, ConstVar):
+        return v.value is None
+    if not isinstance(v, ObjVar):
+        return False
+    if isinstance(v.held, type):
+        return type(v.held).__or__ is type.__or__
+    return _is_annotation_form(v.held)
+
+
+def _union(a: Var, b: Var) -> Var:
+    """`a | b` of classes and annotations: a union, made at trace time as eager makes it."""
+    try:
+        return wrap_unguarded(
+            operations.as_python_constant_or_none(a) | operations.as_python_constant_or_none(b)
+        )
+    except Exception as e:
+        raise raise_python(e) from None
+
+
+def _annotation(obj: ObjVar, index: Var) -> Var:
+    """`form[index]`, made at trace time as eager makes it: no effect, and a result that
+    depends only on the form and the classes and constants it is given."""
+    try:
+        return wrap_unguarded(obj.value[operations.as_python_constant_or_none(index)])
+    except Exception as e:
+        raise raise_python(e) from None
+
+
+def _hashed_by_address(cls: type) -> bool:
+    """Instances of `cls` hash and compare by their address: it keeps object's __hash__
+    and __eq__ (modules, classes, functions, most objects)."""
+    return cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__
+
+
+def _identity(v: ObjVar) -> Any:
+    """A real object hashed by its address, as a dict key: the object, pinned, since which
+    object it is decides what the dict finds."""
+    if v.opaque or not _hashed_by_address(type(v.held)):
+        return NotImplemented
+    return v.value
 
 
 def _truth(tx: Tracer, v: ObjVar) -> bool:
@@ -300,7 +356,7 @@ def _truth(tx: Tracer, v: ObjVar) -> bool:
         ),
     ):
         return True
-    raise Break(f"truth value of {operations.describe(v)} is not traced")
+    raise Break(f"truth value of {describe(v)} is not traced")
 
 
 def _contains(tx: Tracer, container: ObjVar, item: Var) -> Any:
@@ -332,6 +388,7 @@ VALUE_OPS[ObjVar] = ValueOps(
     foldable=False,
     truth=_truth,
     same=same_value,
+    identity=_identity,
     contains=_contains,
     iterate=_iterate,
     rebuild=lambda em, v: em.ref(v.value, "obj"),
@@ -350,7 +407,7 @@ def _id(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return ConstVar(id(v.fn))
     if isinstance(v, ConstVar) and (v.value is None or type(v.value) is bool):
         return ConstVar(id(v.value))
-    raise Break(f"id() of {operations.describe(v)}: its address is not known while tracing")
+    raise Break(f"id() of {describe(v)}: its address is not known while tracing")
 
 
 builtin_fns.SPECIAL[id] = _id
@@ -384,7 +441,7 @@ def _new_object_iterate(tx: Tracer, v: NewObjectVar) -> list[Var]:
     if objects.found(out):
         return operations.unpack_iterable(tx, out)
     if v.items is not None:
-        return [ConstVar(k) for k in v.items.items]
+        return [key_var(k) for k in v.items.items]
     return NotImplemented
 
 
@@ -417,6 +474,7 @@ VALUE_OPS[NewObjectVar] = ValueOps(
     rbinary=_rbinary,
     own_operators=True,
     truth=_new_object_truth,
+    identity=lambda v: v if _hashed_by_address(v.cls) else NotImplemented,
     contains=_new_object_contains,
     iterate=_new_object_iterate,
     rebuild=_new_object_rebuild,

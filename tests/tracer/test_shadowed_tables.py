@@ -159,9 +159,15 @@ def test_an_unrelated_class_change_keeps_the_entry():
 
 def test_a_container_getitem_replaced_later_recompiles(request, guard_path):
     if sys.version_info >= (3, 13) and guard_path == "cpp":
-        # Passes alone and with every guard test file, fails after the whole tracer suite:
-        # the stale entry's guards pass though Seq.__getitem__ was replaced (not explained yet)
-        request.applymarker(pytest.mark.xfail(reason="3.13, C++ guards, after other tests"))
+        # After the guard tests and the tracer files before them (about 1,100 tests), eager
+        # itself goes wrong here on CPython 3.13.0: a specialised subscript keeps calling
+        # Seq's replaced __getitem__ (the classes have used up their version tags, and the
+        # interpreter's per-class cache of __getitem__ is then not cleared). The guards see
+        # the replacement (the entry recompiles) and the tracer indexes with
+        # operator.getitem, so the compiled result is the new method's while eager's is not.
+        request.applymarker(
+            pytest.mark.xfail(reason="CPython 3.13.0 keeps a replaced __getitem__ (eager)")
+        )
 
     class Seq(nn.Sequential):
         pass

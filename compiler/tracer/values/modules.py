@@ -6,6 +6,7 @@ over their items, each read from its own source."""
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -230,7 +231,11 @@ def container_getitem(tx: Tracer, obj: ObjVar, key: Any) -> Var:
         raise Break("indexing a module container built during tracing")
     if isinstance(key, slice):
         return _module_list_slice(tx, obj, key)
-    return wrap(tx, obj.value[key], f"{obj.source}[{key!r}]")
+    # operator.getitem, not `obj.value[key]`: CPython 3.13.0's specialised subscript at this
+    # hot line kept calling a container class's old __getitem__ after the class replaced it
+    # (its cache is not cleared for a class without a version tag), so the trace indexed as
+    # before while eager called the new method: a silently wrong entry
+    return wrap(tx, operator.getitem(obj.value, key), f"{obj.source}[{key!r}]")
 
 
 def _module_list_slice(tx: Tracer, obj: ObjVar, key: slice) -> Var:
@@ -249,7 +254,8 @@ def container_items(tx: Tracer, v: ObjVar) -> list[Var]:
         tx.guards.dict_keys(f"{v.source}._modules", v.value._modules)
         return [ConstVar(k) for k in v.value.keys()]
     tx.guards.length(v.source, v.value)
-    return [wrap(tx, v.value[i], f"{v.source}[{i}]") for i in range(len(v.value))]
+    items = [operator.getitem(v.value, i) for i in range(len(v.value))]  # as container_getitem
+    return [wrap(tx, item, f"{v.source}[{i}]") for i, item in enumerate(items)]
 
 
 # ---- Python modules ---------------------------------------------------------------------------

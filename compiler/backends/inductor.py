@@ -315,6 +315,7 @@ class _Compiled:
         self.aot, self.part = aot, part
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
         self.shared: dict[str, str] = {}  # kernel -> the kernel whose compiled code it runs
+        self.generic: dict[str, Any] = {}  # kernel -> the size-generic kernel that runs it
 
     def stage(self, name: str):
         return self.record.stage(name)
@@ -439,6 +440,7 @@ class _Compiled:
         for name, k in kernels.items():
             if name not in loaded:
                 loaded[name] = emitter.alias(loaded[by_kernel_name[shared[k.name]]], k)
+        self._note_generic(kernels, loaded)
         module, _ = load_module(source, str(device.type), kind="wrappers", shared=False)
         # Bound under each KernelSource's own name, which its `call` line uses (the C++
         # emitter names kernels cpp_* where the scheduler's group name says triton_*).
@@ -446,6 +448,22 @@ class _Compiled:
         module.__dict__.update({c.name: c.value for c in sched.constants})
         module.device = device
         return module.call
+
+    def _note_generic(self, kernels: dict[str, KernelSource], loaded: dict[str, Any]) -> None:
+        """Which kernels run size-generic code (a dynamic graph's: compiled once for every
+        size), for the kernel records and one note of the graph's record."""
+        self.generic = {
+            kernels[n].name: fn for n, fn in loaded.items() if getattr(fn, "generic", None)
+        }
+        if not self.generic:
+            return
+        prefix = f"{self.part} graph: " * bool(self.part) + "size-generic kernels: "
+        note = (
+            f"{prefix}{len(self.generic)} of {len(kernels)} kernels run code compiled once "
+            "for every size (sizes passed as int64_t arguments)"
+        )
+        notes = self.record.notes
+        notes[:] = [n for n in notes if not n.startswith(prefix)] + [note]
 
     def _records(self, sched: Schedule, kernels: dict[str, KernelSource], source: str) -> None:
         rec = self.record
@@ -459,6 +477,7 @@ class _Compiled:
                 config = dict(k.config)
                 if k.name in self.shared:
                     config["compiled_as"] = self.shared[k.name]  # the same code, compiled once
+                sized = self.generic.get(k.name)
                 rec.kernels.append(
                     KernelRecord(
                         k.name,
@@ -470,6 +489,9 @@ class _Compiled:
                         config,
                         k.bytes_accessed,
                         graph=self.part,
+                        size_generic=sized.generic.name if sized else "",
+                        generic_source=sized.generic.source if sized else "",
+                        size_args=dict(sized.sizes) if sized else {},
                     )
                 )
             else:

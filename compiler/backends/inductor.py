@@ -18,6 +18,7 @@ partitioned, each half compiled by the stages here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from pathlib import Path
@@ -32,6 +33,7 @@ from compiler.aot.pad_matmul import pad_matmuls
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelEmitter, KernelSource, kernel_arguments, shared_kernels
 from compiler.codegen.emitters import emitter_for
+from compiler.codegen.size_args import generic_kernels, size_generic
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.nodes import Graph
 from compiler.ir.printer import format_graph, format_schedule
@@ -124,12 +126,16 @@ def _guarded_after_first_call(compiled: CompiledGraph) -> Callable:
     by aot/autograd.py), so after the first call only the global state is looked up, not
     each input's (about 200 µs a resnet18 step on a CI-class CPU)."""
     runner: Callable | None = None
+    # A dynamic graph's backward is compiled outside its forward's compile: its kernels are
+    # size-generic too (codegen/size_args.py).
+    sized = size_generic if generic_kernels() else contextlib.nullcontext
 
     def run(*args: Any) -> Any:
         nonlocal runner
         if runner is not None:
             return runner(*args)
-        out = compiled(*args)
+        with sized():
+            out = compiled(*args)
         runner = compiled.for_guarded_inputs(args)
         return out
 

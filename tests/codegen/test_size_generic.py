@@ -259,3 +259,25 @@ def test_load_sized_without_a_second_sample_builds_the_kernels_own_code(builds):
     x, out = torch.randn(5), torch.empty(5)
     kernel(x, out)
     torch.testing.assert_close(out, x + 1)
+
+
+def test_training_forward_and_backward_across_sizes(builds):
+    model = MatmulEpilogue()
+    compiled = compiler.compile(model)
+    per_size = []
+    for n in SIZES:
+        x = torch.randn(n, 32, requires_grad=True)
+        before = len(builds)
+        out = compiled(x)
+        out.square().sum().backward()
+        per_size.append(len(builds) - before)
+        grad, weight_grad = x.grad, model.fc.weight.grad.clone()
+        x2 = x.detach().clone().requires_grad_()
+        model.zero_grad()
+        model(x2).square().sum().backward()
+        torch.testing.assert_close(grad, x2.grad, atol=1e-4, rtol=1e-4, msg=f"size {n}")
+        torch.testing.assert_close(weight_grad, model.fc.weight.grad, atol=1e-4, rtol=1e-4)
+        model.zero_grad()
+    assert_one_compile_serves(per_size)
+    graphs = {k.graph for k in generic_kernels(compiled)}
+    assert graphs == {"forward", "backward"}

@@ -48,7 +48,7 @@ _MARKER = {"int": "@i@", "float": "@f@", "double": "@d@"}
 # are compiled per size again.
 MAX_VARIANTS = 3
 # Skeletons remembered per process, oldest dropped first.
-MAX_SKELETONS = 4096
+MAX_SKELETONS = 2048
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,11 @@ def size_generic() -> Iterator[None]:
 
 
 def _entry(skeleton: str) -> _Skeleton:
-    entry = _skeletons.get(skeleton)
+    # Keyed by a digest: every static CPU kernel leaves a sample, and skeletons are long.
+    key = hashlib.sha1(skeleton.encode()).hexdigest()
+    entry = _skeletons.get(key)
     if entry is None:
-        entry = _skeletons[skeleton] = _Skeleton()
+        entry = _skeletons[key] = _Skeleton()
         while len(_skeletons) > MAX_SKELETONS:
             _skeletons.popitem(last=False)
     return entry

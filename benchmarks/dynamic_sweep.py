@@ -1,6 +1,6 @@
 """One compile for every size: a decoder block called with 24 sequence lengths, on the CPU.
 
-    .venv/bin/python benchmarks/dynamic_sweep.py [--threads 1] [--repeat 20]
+    .venv/bin/python benchmarks/dynamic_sweep.py [--threads 1] [--repeat 20] [--runners eager,ours]
 
 The block (layer norm, causal attention with its mask built from arange of the length, MLP;
 width 256, 4 heads, batch 1) is called once per length, as a generation loop or
@@ -121,11 +121,11 @@ def sweep_child(runner: str, threads: int) -> dict:
     return out
 
 
-def steady_child(threads: int, repeat: int) -> dict:
+def steady_child(threads: int, repeat: int, runners: list[str]) -> dict:
     torch.set_num_threads(threads)
     xs = inputs()
-    fns = {r: build(r)[0] for r in RUNNERS}
-    times: dict[str, list[float]] = {r: [] for r in RUNNERS}
+    fns = {r: build(r)[0] for r in runners}
+    times: dict[str, list[float]] = {r: [] for r in runners}
     with torch.no_grad():
         for fn in fns.values():  # everything compiled, twice over
             for x in xs + xs:
@@ -164,6 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--runners", default=",".join(RUNNERS), help="of " + ",".join(RUNNERS))
     parser.add_argument("--child", nargs="+")
     a = parser.parse_args()
     if a.child:
@@ -171,19 +172,22 @@ def main() -> None:
         if kind == "sweep":
             result = sweep_child(a.child[1], int(a.child[2]))
         else:
-            result = steady_child(int(a.child[1]), int(a.child[2]))
+            result = steady_child(int(a.child[1]), int(a.child[2]), a.child[3].split(","))
         print(json.dumps(result))
         return
-    sweeps = {r: child(["sweep", r, str(a.threads)], a.threads) for r in RUNNERS}
-    steady = child(["steady", str(a.threads), str(a.repeat)], a.threads)
+    runners = a.runners.split(",")
+    sweeps = {r: child(["sweep", r, str(a.threads)], a.threads) for r in runners}
+    steady = child(["steady", str(a.threads), str(a.repeat), a.runners], a.threads)
     print(f"decoder block, width 256, {len(LENGTHS)} lengths {LENGTHS[0]}..{LENGTHS[-1]}, "
           f"CPU, {a.threads} thread(s), load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     print("| | whole sweep, compiles included | steady state per call | compiles |")
     print("|---|---|---|---|")
-    for r in RUNNERS:
+    for r in runners:
         s = sweeps[r]
         print(f"| {r} | {s['sweep_s']:.2f} s | {steady[r]:.3f} ms | {s['compiles']} |")
-    ours = sweeps["ours"]
+    ours = sweeps.get("ours")
+    if ours is None:
+        return
     print(f"ours: max |error| vs eager {ours['max_abs_error']:.2e}; graphs {ours['graphs']}; "
           f"kernel records run size-generic {ours['generic_kernel_records']}")  # fmt: skip
     for note in ours["notes"]:

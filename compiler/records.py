@@ -108,6 +108,11 @@ class KernelRecord:
     bytes_accessed: int = 0  # minimal bytes read + written, for achieved bandwidth
     measured_ms: float | None = None  # filled by a timing run
     graph: str = ""  # "forward" or "backward" for a training graph's kernels, else ""
+    # A dynamic graph's kernel run by size-generic code (compiler/codegen/size_args.py): the
+    # generic kernel's name, its source, and the size arguments this kernel passes it.
+    size_generic: str = ""
+    generic_source: str = ""
+    size_args: dict[str, int | float] = field(default_factory=dict)
 
 
 @dataclass

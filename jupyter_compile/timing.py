@@ -190,7 +190,7 @@ def profiler_usable(device: str) -> bool:
 
 def _kernels_visible_to_profiler(report: CompiledReport, device: str) -> bool:
     """GPU kernels show up in the profiler under their names; C++ kernels mark themselves
-    with record_function while a profiler runs (compiler/codegen/cpp.py, CppKernel), and a
+    with record_function while a profiler runs (compiler/codegen/cpp_kernels.py, CppKernel), and a
     wrapper may bracket other kernels. Without either, profiling finds nothing and only
     costs time (and, on a CPU-only torch, profiler log lines)."""
     return (

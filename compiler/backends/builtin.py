@@ -152,6 +152,7 @@ def inductor(
     """Our code generator (compiler/codegen). Without explicit `mode`/`options` it takes those
     of the compile call being served, so a user backend wrapping it keeps the user's mode."""
     from compiler.backends.inductor import compile_fx
+    from compiler.backends.per_size import is_dynamic
 
     served = current_options()
     if mode is None and options is None:
@@ -160,6 +161,15 @@ def inductor(
     def compile_static(g: torch.fx.GraphModule, inputs: list) -> Callable:
         return compile_fx(g, inputs, mode=mode, options=options, strict=served.fullgraph)
 
+    if is_dynamic(gm):
+        # Specialised per size, its C++ kernels still compile once for every size.
+        from compiler.codegen.size_args import size_generic
+
+        def compile_sized(g: torch.fx.GraphModule, inputs: list) -> Callable:
+            with size_generic():
+                return compile_static(g, inputs)
+
+        return _static_graphs(gm, example_inputs, compile_sized, "kernels")
     return _static_graphs(gm, example_inputs, compile_static, "kernels")
 
 

@@ -18,6 +18,7 @@ partitioned, each half compiled by the stages here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from pathlib import Path
@@ -32,6 +33,7 @@ from compiler.aot.pad_matmul import pad_matmuls
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
 from compiler.codegen.common import KernelEmitter, KernelSource, kernel_arguments, shared_kernels
 from compiler.codegen.emitters import emitter_for
+from compiler.codegen.size_args import generic_kernels, size_generic
 from compiler.codegen.wrapper import extern_lines, wrapper_source
 from compiler.ir.nodes import Graph
 from compiler.ir.printer import format_graph, format_schedule
@@ -125,12 +127,16 @@ def _guarded_after_first_call(compiled: CompiledGraph) -> Callable:
     by aot/autograd.py), so after the first call only the global state is looked up, not
     each input's (about 200 µs a resnet18 step on a CI-class CPU)."""
     runner: Callable | None = None
+    # A dynamic graph's backward is compiled outside its forward's compile: its kernels are
+    # size-generic too (codegen/size_args.py).
+    sized = size_generic if generic_kernels() else contextlib.nullcontext
 
     def run(*args: Any) -> Any:
         nonlocal runner
         if runner is not None:
             return runner(*args)
-        out = compiled(*args)
+        with sized():
+            out = compiled(*args)
         runner = compiled.for_guarded_inputs(args)
         return out
 
@@ -316,6 +322,7 @@ class _Compiled:
         self.aot, self.part = aot, part
         self.debug_dir = os.environ.get("COMPILER_DEBUG_DIR")
         self.shared: dict[str, str] = {}  # kernel -> the kernel whose compiled code it runs
+        self.generic: dict[str, Any] = {}  # kernel -> the size-generic kernel that runs it
 
     def stage(self, name: str):
         return self.record.stage(name)
@@ -440,6 +447,7 @@ class _Compiled:
         for name, k in kernels.items():
             if name not in loaded:
                 loaded[name] = emitter.alias(loaded[by_kernel_name[shared[k.name]]], k)
+        self._note_generic(kernels, loaded)
         module, _ = load_module(source, str(device.type), kind="wrappers", shared=False)
         # Bound under each KernelSource's own name, which its `call` line uses (the C++
         # emitter names kernels cpp_* where the scheduler's group name says triton_*).
@@ -447,6 +455,22 @@ class _Compiled:
         module.__dict__.update({c.name: c.value for c in sched.constants})
         module.device = device
         return module.call
+
+    def _note_generic(self, kernels: dict[str, KernelSource], loaded: dict[str, Any]) -> None:
+        """Which kernels run size-generic code (a dynamic graph's: compiled once for every
+        size), for the kernel records and one note of the graph's record."""
+        self.generic = {
+            kernels[n].name: fn for n, fn in loaded.items() if getattr(fn, "generic", None)
+        }
+        if not self.generic:
+            return
+        prefix = f"{self.part} graph: " * bool(self.part) + "size-generic kernels: "
+        note = (
+            f"{prefix}{len(self.generic)} of {len(kernels)} kernels run code compiled once "
+            "for every size (sizes passed as int64_t arguments)"
+        )
+        notes = self.record.notes
+        notes[:] = [n for n in notes if not n.startswith(prefix)] + [note]
 
     def _records(self, sched: Schedule, kernels: dict[str, KernelSource], source: str) -> None:
         rec = self.record
@@ -460,6 +484,7 @@ class _Compiled:
                 config = dict(k.config)
                 if k.name in self.shared:
                     config["compiled_as"] = self.shared[k.name]  # the same code, compiled once
+                sized = self.generic.get(k.name)
                 rec.kernels.append(
                     KernelRecord(
                         k.name,
@@ -471,6 +496,9 @@ class _Compiled:
                         config,
                         k.bytes_accessed,
                         graph=self.part,
+                        size_generic=sized.generic.name if sized else "",
+                        generic_source=sized.generic.source if sized else "",
+                        size_args=dict(sized.sizes) if sized else {},
                     )
                 )
             else:

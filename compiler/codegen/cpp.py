@@ -24,23 +24,24 @@ reduction loops inside (see compiler/scheduler/kernel.py for the step model):
 
 The source of a kernel is its function alone (what the inspector shows); `load_many` puts
 kernels behind the shared prelude into a few translation units (one per core) and compiles
-them in parallel through compiler/runtime/cpp_build.py.
+them in parallel (compiler/codegen/cpp_kernels.py). A dynamic graph's kernels are written
+size-generic (`_KernelWriter.size_generic`) and run code compiled once for every size
+(compiler/codegen/size_args.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
-import torch.autograd.profiler as _profiler
 
+from compiler.codegen import size_args
 from compiler.codegen.common import LOW_PRECISION, KernelEmitter, KernelSource, store_order
+from compiler.codegen.cpp_kernels import CppKernel, build_kernels, load_sized
 from compiler.codegen.cpp_ops import (
     Accumulator,
     c_constant,
@@ -50,12 +51,11 @@ from compiler.codegen.cpp_ops import (
     op_expr,
     store_expr,
 )
-from compiler.codegen.cpp_prelude import COMPUTE_TYPE, PRELUDE, STORAGE_TYPE
+from compiler.codegen.cpp_prelude import COMPUTE_TYPE, STORAGE_TYPE
 from compiler.ir.index import Index, Var
 from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value, children
 from compiler.ir.ranges import breakpoints, decide, intervals
 from compiler.ir.transform import substitute_indices, substitution
-from compiler.runtime import cpp_build
 from compiler.scheduler.kernel import KernelGroup, Schedule, Step
 
 # Elements of work below which a kernel runs on the calling thread: waking the OpenMP team
@@ -91,12 +91,17 @@ def _comment_line(line: str, limit: int = 200) -> str:
 
 
 class _KernelWriter:
-    def __init__(self, group: KernelGroup, schedule: Schedule) -> None:
+    def __init__(self, group: KernelGroup, schedule: Schedule, size_generic: bool = False) -> None:
         self.group = group
         self.schedule = schedule
+        # A dynamic graph's kernel (compiler/codegen/size_args.py): decisions that depend on
+        # its sizes are taken at run time (threads) or not taken (unrolled reductions), so
+        # that every size has one skeleton.
+        self.size_generic = size_generic
         self.name = _sanitize(group.name)
         self.steps = {s.name: s for s in group.steps}
         self.across = False
+        self.threads = ""  # a reduction kernel's `_threads_if` clause
         # Ranges of loop variables in the code being emitted, narrower than their loops where
         # the loop was split (see `_specialised`); conditions decided there are not emitted.
         self.ranges: dict[str, tuple[int, int]] = {}
@@ -280,25 +285,40 @@ class _KernelWriter:
     def _pointwise(self) -> None:
         order = self._merge_loops(store_order(self.group, self.schedule.buffers))
         numel = self.group.outer_numel
-        parallel = numel >= PARALLEL_MIN_WORK
+        parallel = self.size_generic or numel >= PARALLEL_MIN_WORK
+        threads = self._threads_if(numel)
         if not order:
             self._outer_body()
             return
         # Threads over the loops outside the innermost (collapsed into one range), or over
         # the innermost loop itself when the outer ones are too short to share out.
         outside, inner = order[:-1], order[-1]
-        thread_inner = parallel and math.prod(v.size for v in outside) < OUTER_MIN_POINTS
+        thread_inner = parallel and self._few(math.prod(v.size for v in outside), not outside)
         for k, var in enumerate(outside):
             pragma = None
             if k == 0 and parallel and not thread_inner:
                 pragma = "#pragma omp parallel for" + (
                     f" collapse({len(outside)})" if len(outside) > 1 else ""
                 )
+                pragma += threads
             self.open(self._for(var), pragma)
-        pragma = "#pragma omp parallel for simd schedule(static)" if thread_inner else None
+        pragma = (
+            f"#pragma omp parallel for simd schedule(static){threads}" if thread_inner else None
+        )
         self._specialised(outside, inner, pragma, self._outer_body, split_inner=not thread_inner)
         for _ in outside:
             self.close()
+
+    def _threads_if(self, work: int) -> str:
+        """The clause that makes a size-generic kernel's OpenMP team conditional on its work,
+        as a static kernel's pragma is (the `parallel:` modifier leaves `simd` alone)."""
+        return f" if(parallel: {work} >= {PARALLEL_MIN_WORK})" if self.size_generic else ""
+
+    def _few(self, points: int, none: bool) -> bool:
+        """Whether `points` outer iterations (`none`: there is no outer loop) are too few to
+        share out between threads. A size-generic kernel cannot tell how many a size gives:
+        it threads its outer loops whenever it has some."""
+        return none if self.size_generic else points < OUTER_MIN_POINTS
 
     def _for(self, var: Var, lo: int = 0, hi: int | None = None) -> str:
         hi = var.size if hi is None else hi
@@ -434,10 +454,11 @@ class _KernelWriter:
         group = self.group
         segments = self._segments()
         work = group.outer_numel * group.reduction_numel
-        big = work >= PARALLEL_MIN_WORK
+        big = self.size_generic or work >= PARALLEL_MIN_WORK
+        self.threads = self._threads_if(work)
         split = (
             big
-            and group.outer_numel < OUTER_MIN_POINTS
+            and self._few(group.outer_numel, not outer)
             and len([s for s in segments if s[0] == "loop"]) == 1
             and all(
                 s.store is None or s.reduction_type is not None
@@ -455,14 +476,16 @@ class _KernelWriter:
         parallel_outer = big and not split and outer
         # Windows (pooling) and other short reductions: vectorise across output points
         # instead; the short reduction loops are left to the compiler to unroll.
-        self.across = bool(outer) and group.reduction_numel <= SHORT_REDUCTION
+        self.across = (
+            bool(outer) and group.reduction_numel <= SHORT_REDUCTION and not self.size_generic
+        )
         # The loops opened here: all outer ones, or all but the one vectorised across.
         opened = outer[:-1] if self.across else outer
         for k, var in enumerate(opened):
             pragma = None
             if k == 0 and parallel_outer:
                 collapse = f" collapse({len(opened)})" if len(opened) > 1 else ""
-                pragma = "#pragma omp parallel for" + collapse
+                pragma = "#pragma omp parallel for" + collapse + self.threads
             self.open(self._for(var), pragma)
 
         def body() -> None:
@@ -545,7 +568,8 @@ class _KernelWriter:
                 if split and k == 0:
                     simd = " simd" if innermost and vectorise else ""
                     collapse = f" collapse({len(rvars) - 1})" if len(rvars) > 2 else ""
-                    pragma = f"#pragma omp parallel for{simd}{collapse} {clauses}".rstrip()
+                    pragma = f"#pragma omp parallel for{simd}{collapse}{self.threads} {clauses}"
+                    pragma = pragma.rstrip()
                 elif innermost and vectorise:
                     pragma = f"#pragma omp simd {clauses}".rstrip()
                 self.open(
@@ -613,39 +637,11 @@ def _flat(rvars: Sequence[Var]) -> Index:
 # ---- the emitter and its loaded kernels ---------------------------------------------------
 
 
-class CppKernel:
-    """A loaded C++ kernel: call it with the tensors of its parameters, in order. A kernel
-    that gathers checks its library's index-error flag after each launch and raises
-    IndexError as eager would (it read element 0 in place of the bad index).
-
-    While torch.profiler runs, each launch is bracketed by `record_function(<kernel name>)`,
-    so profiles (and the inspector's Kernels tab) show C++ kernels by name; otherwise the
-    call costs one flag check."""
-
-    def __init__(self, name: str, function, nargs: int, index_error=None) -> None:
-        self.name = name
-        self.function = function
-        self.index_error = index_error  # ctypes.c_int in the library, for gathering kernels
-        function.argtypes = [ctypes.c_void_p] * nargs
-        function.restype = None
-
-    def __call__(self, *tensors: torch.Tensor) -> None:
-        if _profiler._is_profiler_enabled:
-            with _profiler.record_function(self.name):
-                self.function(*[t.data_ptr() for t in tensors])
-        else:
-            self.function(*[t.data_ptr() for t in tensors])
-        if self.index_error is not None and self.index_error.value:
-            self.index_error.value = 0
-            raise IndexError(f"index out of range in a gather of the compiled kernel {self.name}")
-
-    def __repr__(self) -> str:
-        return f"<C++ kernel {self.name}>"
-
-
-def emit_kernel_source(group: KernelGroup, schedule: Schedule) -> tuple[str, str, list[str]]:
+def emit_kernel_source(
+    group: KernelGroup, schedule: Schedule, size_generic: bool = False
+) -> tuple[str, str, list[str]]:
     """(function name, C++ function text, buffer names of its parameters in order)."""
-    writer = _KernelWriter(group, schedule)
+    writer = _KernelWriter(group, schedule, size_generic)
     source = writer.write()
     return writer.name, source, writer.arg_names
 
@@ -658,19 +654,6 @@ def _bytes(schedule: Schedule, names: Sequence[str]) -> int:
     return total
 
 
-def translation_units(kernels: Sequence[KernelSource], parts: int) -> list[list[int]]:
-    """Kernel positions split into at most `parts` units of similar source size, so the
-    compiler processes (one per core) finish together."""
-    parts = max(1, min(parts, len(kernels)))
-    units: list[list[int]] = [[] for _ in range(parts)]
-    sizes = [0] * parts
-    for k in sorted(range(len(kernels)), key=lambda k: -len(kernels[k].source)):
-        j = sizes.index(min(sizes))
-        units[j].append(k)
-        sizes[j] += len(kernels[k].source)
-    return [sorted(u) for u in units if u]
-
-
 class CppEmitter(KernelEmitter):
     """The KernelEmitter for CPU tensors (see compiler/codegen/common.py)."""
 
@@ -679,7 +662,13 @@ class CppEmitter(KernelEmitter):
     materialise_broadcasts = True
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
-        name, source, args = emit_kernel_source(group, schedule)
+        generic = size_args.generic_kernels()
+        name, source, args = emit_kernel_source(group, schedule, generic)
+        if not generic:
+            # The kernel as a dynamic graph would have it, noted for the first dynamic size
+            # of this graph (compiler/codegen/size_args.py): its one generic compile.
+            _, sized, _ = emit_kernel_source(group, schedule, size_generic=True)
+            size_args.note_sample(size_args.split(sized, name))
         loops = " x ".join(str(v.size) for v in group.outer) or "1"
         if group.reduction:
             loops += " (reduce " + " x ".join(str(v.size) for v in group.reduction) + ")"
@@ -699,28 +688,22 @@ class CppEmitter(KernelEmitter):
     def load_many(
         self, kernels: Sequence[KernelSource], mode: str | None = None
     ) -> list[CppKernel]:
-        """Compile kernels together: one translation unit per core, built in parallel."""
-        units = translation_units(kernels, os.cpu_count() or 1)
-        sources = [PRELUDE + "\n" + "\n".join(kernels[k].source for k in unit) for unit in units]
-        libs = cpp_build.load_many(sources)
-        out: list[CppKernel | None] = [None] * len(kernels)
-        for unit, lib in zip(units, libs):
-            for k in unit:
-                kernel = kernels[k]
-                nargs = len(kernel.call[len(kernel.name) + 1 : -1].split(", "))
-                flag = (
-                    ctypes.c_int.in_dll(lib, "jc_index_error")
-                    if "jc_index(" in kernel.source
-                    else None
-                )
-                out[k] = CppKernel(kernel.name, getattr(lib, kernel.name), nargs, flag)
-        return [k for k in out if k is not None]
+        """Compile kernels together: one translation unit per core, built in parallel. A
+        dynamic graph's kernels run size-generic code where there is some (size_args.py)."""
+        if size_args.generic_kernels():
+            return load_sized(kernels)
+        return build_kernels(kernels)
 
     def alias(self, loaded: CppKernel, kernel: KernelSource) -> CppKernel:
         """`kernel` run by the compiled code of `loaded` (the same code, another name): its
         own name in profiles and errors."""
         return CppKernel(
-            kernel.name, loaded.function, len(loaded.function.argtypes), loaded.index_error
+            kernel.name,
+            loaded.function,
+            loaded.nargs,
+            loaded.index_error,
+            loaded.sizes,
+            loaded.generic,
         )
 
 

@@ -35,6 +35,11 @@ def facts(kernel: KernelRecord, timed: bool = False) -> list[tuple[str, object]]
         rows.append(("runs in", "the forward pass of a training graph"))
     if kernel.grid:
         rows.append(("grid", kernel.grid))
+    if kernel.size_generic:
+        args = ", ".join(f"{k}={v}" for k, v in kernel.size_args.items())
+        rows.append(
+            ("sizes", f"dynamic: runs {kernel.size_generic}, compiled once for all sizes; {args}")
+        )
     if kernel.config:
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in kernel.config.items())))
     if kernel.bytes_accessed:
@@ -67,6 +72,9 @@ def kernel_view(ref: KernelRef, timed: bool = False) -> str:
         parts.append(table(["where", "function", "line"], rows, mono_cols=(2,)))
     parts.append(heading("source"))
     parts.append(highlight(k.source, _LANGUAGE_LEXER.get(k.language, "text"), max_height=520))
+    if k.generic_source:
+        parts.append(heading(f"the size-generic code it runs ({k.size_generic})"))
+        parts.append(highlight(k.generic_source, "cpp", max_height=520))
     return "".join(parts)
 
 

@@ -239,3 +239,23 @@ def test_training_graph_shows_its_split_and_backward_kernels() -> None:
     assert "graph 0 backward" in static  # kernel labels name the half they run in
     assert "the backward pass (loss.backward())" in static
     compiler.reset()
+
+
+def test_kernel_view_says_a_kernel_is_size_generic_and_what_sizes_it_got() -> None:
+    from compiler.records import KernelRecord
+    from jupyter_compile.inspector.kernels import facts, kernel_view
+
+    generic = 'extern "C" void cpp_sized_ab_0(const float* in_ptr0, int64_t ks0) {}'
+    kernel = KernelRecord(
+        "cpp_fused_gelu_0",
+        "cpp",
+        'extern "C" void cpp_fused_gelu_0(const float* in_ptr0) {}',
+        size_generic="cpp_sized_ab_0",
+        generic_source=generic,
+        size_args={"ks0": 2304},
+    )
+    rows = dict(facts(kernel))
+    assert "compiled once for all sizes" in rows["sizes"] and "ks0=2304" in rows["sizes"]
+    ref = SimpleNamespace(kernel=kernel, graph=SimpleNamespace(index=0))
+    assert "cpp_sized_ab_0(" in visible(kernel_view(ref))
+    assert "sizes" not in dict(facts(KernelRecord("k", "cpp", "")))

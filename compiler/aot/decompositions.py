@@ -100,10 +100,11 @@ def decomposition_table(training: bool = False) -> dict:
     table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
     for op, ours in LEAN.items():
         table[op] = functools.partial(ours, table[op])
-    for name in aten.linspace.overloads():
-        op = getattr(aten.linspace, name)
-        if op in table:
-            table[op] = functools.partial(_integer_linspace, table[op])
+    for packet, ours in ((aten.linspace, _integer_linspace), (aten.logspace, _integer_logspace)):
+        for name in packet.overloads():
+            op = getattr(packet, name)
+            if op in table:
+                table[op] = functools.partial(ours, table[op])
     flash = aten._scaled_dot_product_flash_attention_for_cpu.default
     if flash in table:  # inference graphs (training keeps the op whole)
         table[flash] = functools.partial(_flash_attention_for_cpu, table[flash])
@@ -165,9 +166,7 @@ def _flash_attention_for_cpu(
     where the op returns the log-sum-exp of each row of scaled scores (N, H, L), in float32
     for half-precision inputs: that output computed here (dead code, removed, where nothing
     reads it, as in F.scaled_dot_product_attention)."""
-    output, _ = general(
-        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
-    )
+    output, _ = general(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
     acc = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     scale = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
     if key.size(1) != query.size(1):  # grouped-query attention: heads share keys
@@ -182,24 +181,76 @@ def _flash_attention_for_cpu(
     return output, torch.logsumexp(scores, dim=-1)
 
 
-def _integer_linspace(general, start, end, steps, *, dtype=None, **kwargs) -> torch.Tensor:
-    """linspace into an integer dtype as eager computes it: the ends converted to that dtype
-    first, the step and each value in float64, then truncated, the first half counted from
-    `start` and the rest from `end`. torch's reference steps in the default float dtype from
-    the unconverted ends (int8 from 4.3 to 0 in 50 steps: 4, 4, 4, 4, 3, ... where eager
-    gives 4, 3, 3, 3, 3, ...)."""
-    if dtype is None or dtype.is_floating_point or dtype.is_complex or steps < 2:
-        return general(start, end, steps, dtype=dtype, **kwargs)
-    device = kwargs.get("device")
+# The float type eager's integer linspace and logspace kernels step in, per device type:
+# double on the CPU (RangeFactoriesKernel.cpp), float on CUDA (RangeFactories.cu, with a
+# float32 `pow` for logspace). One element of linspace(0, 7, 50) is 4 on the CPU, 3 on CUDA.
+_RANGE_STEP_DTYPE = {"cuda": torch.float32}
+
+
+def _range_step_dtype(device) -> torch.dtype:
+    kind = torch.device(device).type if device is not None else torch.get_default_device().type
+    return _RANGE_STEP_DTYPE.get(kind, torch.float64)
+
+
+def _ramp(first, last, step, steps: int, acc: torch.dtype, device) -> torch.Tensor:
+    """eager's integer ramp in `acc`: the first half counted from `first`, the rest back
+    from `last`, as both kernels compute it (not yet truncated)."""
+    index = torch.arange(steps, device=device, dtype=torch.int64)
+    low = first + step * index.to(acc)
+    high = last - step * (steps - 1 - index).to(acc)
+    return torch.where(index < steps // 2, low, high)
+
+
+def _integer_ends(start, end, dtype: torch.dtype, acc: torch.dtype):
+    """The ends converted to the integer dtype, then to `acc` (numbers stay Python floats,
+    rounded to `acc`)."""
 
     def converted(v):
         if isinstance(v, torch.Tensor):
-            return v.to(dtype).to(torch.float64)
-        return float(int(v))  # a C++ cast to the integer type: towards zero
+            return v.to(dtype).to(acc)
+        return _rounded(float(int(v)), acc)  # a C++ cast to the integer type: towards zero
 
-    first, last = converted(start), converted(end)
-    step = (last - first) / (steps - 1)
-    index = torch.arange(steps, device=device, dtype=torch.int64)
-    low = first + step * index.to(torch.float64)
-    high = last - step * (steps - 1 - index).to(torch.float64)
-    return torch.where(index < steps // 2, low, high).to(dtype)
+    return converted(start), converted(end)
+
+
+def _integer_linspace(general, start, end, steps, *, dtype=None, **kwargs) -> torch.Tensor:
+    """linspace into an integer dtype as eager computes it: the ends converted to that dtype
+    first, the step and each value in the device's step type (`_RANGE_STEP_DTYPE`), then
+    truncated, the first half counted from `start` and the rest from `end`. torch's
+    reference steps in the default float dtype from the unconverted ends (int8 from 4.3 to 0
+    in 50 steps: 4, 4, 4, 4, 3, ... where eager gives 4, 3, 3, 3, 3, ...)."""
+    if dtype is None or dtype.is_floating_point or dtype.is_complex or steps < 2:
+        return general(start, end, steps, dtype=dtype, **kwargs)
+    device = kwargs.get("device")
+    acc = _range_step_dtype(device)
+    first, last = _integer_ends(start, end, dtype, acc)
+    if isinstance(first, torch.Tensor) or isinstance(last, torch.Tensor):
+        step = (last - first) / (steps - 1)
+    else:  # float(end) - float(start), divided, each rounded to `acc` as in C++
+        step = _rounded(_rounded(last - first, acc) / (steps - 1), acc)
+    return _ramp(first, last, step, steps, acc, device).to(dtype)
+
+
+def _integer_logspace(general, start, end, steps, base=10.0, *, dtype=None, **kwargs):
+    """logspace into an integer dtype on CUDA as its kernel computes it: the ends converted
+    to the dtype, the step `float(end - start) / (steps - 1)`, the exponents ramped as in
+    linspace and raised in float32 (torch's reference, eager's CPU formula, works in
+    float64). Other devices and dtypes: the reference."""
+    device = kwargs.get("device")
+    if (
+        dtype is None
+        or dtype.is_floating_point
+        or dtype.is_complex
+        or steps < 2
+        or _range_step_dtype(device) != torch.float32
+        or not isinstance(base, (int, float))
+    ):
+        return general(start, end, steps, base, dtype=dtype, **kwargs)
+    acc = torch.float32
+    first, last = _integer_ends(start, end, dtype, acc)
+    if isinstance(first, torch.Tensor) or isinstance(last, torch.Tensor):
+        step = (last - first) / (steps - 1)
+    else:  # the integers' difference, converted once
+        step = _rounded(_rounded(float(int(last) - int(first)), acc) / (steps - 1), acc)
+    exponents = _ramp(first, last, step, steps, acc, device)
+    return torch.pow(_rounded(float(base), acc), exponents).to(dtype)

@@ -239,7 +239,7 @@ WELFORD_COMBINE = """\
 @triton.jit
 def welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
     weight = weight_a + weight_b
-    share_b = weight_b / tl.where(weight == 0, 1, weight)
+    share_b = th.div_rn(weight_b, tl.where(weight == 0, 1, weight).to(weight_b.dtype))
     delta = mean_b - mean_a
     return mean_a + delta * share_b, m2_a + m2_b + delta * delta * weight_a * share_b, weight
 """

@@ -45,7 +45,6 @@ _BINARY = {
     "add": "+",
     "sub": "-",
     "mul": "*",
-    "truediv": "/",
     "truncdiv": "//",
     "eq": "==",
     "ne": "!=",
@@ -65,11 +64,11 @@ _CALL = {
     "exp2": "tl.exp2",
     "log": "tl.log",
     "log2": "tl.log2",
-    "sqrt": "tl.sqrt",
+    "sqrt": "th.sqrt_rn",
     "rsqrt": "tl.rsqrt",
     "sin": "tl.sin",
     "cos": "tl.cos",
-    "sigmoid": "tl.sigmoid",
+    "sigmoid": "th.sigmoid",
     "erf": "tl.erf",
     "floor": "tl.floor",
     "ceil": "tl.ceil",
@@ -266,12 +265,17 @@ class KernelWriter:
         o = v.op
         if o in _BINARY:
             text = f"{texts[0]} {_BINARY[o]} {texts[1]}"
+        elif o == "truediv":  # correctly rounded, as eager (see triton_helpers.div_rn)
+            a, b = (self.tensor(x, scope)[0] for x in v.args)
+            text = f"th.div_rn({a}, {b})"
         elif o in ("floordiv", "remainder") and not dt.is_floating_point:
             text = f"th.{o}({texts[0]}, {texts[1]})"
         elif o in ("floordiv", "remainder"):
             # torch's floating forms (c10's div_floor_floating, fmod-based remainder):
-            # floor(a / b) rounds the quotient first, a - floor(a / b) * b cancels
-            text = f"th.{o}_float({texts[0]}, {texts[1]})"
+            # floor(a / b) rounds the quotient first, a - floor(a / b) * b cancels; typed
+            # operands (th.div_rn reads their dtypes)
+            a, b = (self.tensor(x, scope)[0] for x in v.args)
+            text = f"th.{o}_float({a}, {b})"
         elif o in ("floor", "ceil", "trunc", "round") and not dt.is_floating_point:
             text = texts[0]  # integers are whole already (tl.floor takes floats only)
         elif o == "fmod" and not dt.is_floating_point:
@@ -284,7 +288,7 @@ class KernelWriter:
         elif o == "neg":
             text = f"-{texts[0]}"
         elif o == "reciprocal":
-            text = f"1.0 / {texts[0]}"
+            text = f"th.div_rn(tl.full([], 1.0, {TL_DTYPES[dt]}), {texts[0]})"
         elif o == "sign":
             t = texts[0]
             text = f"({t} > 0).to({TL_DTYPES[v.dtype]}) - ({t} < 0).to({TL_DTYPES[v.dtype]})"
@@ -436,7 +440,9 @@ class KernelWriter:
             x, _ = self.tmp(scope, f"tl.where({weight} != 0, {mean_in}, 0)", 2)
             # an empty row's mean is 0, as `welford_combine` leaves it (its m2 is 0 either way)
             share = f"tl.where({total} == 0, 1, {total})"
-            mean, _ = self.tmp(scope, f"tl.sum({x} * {weight}, 1)[:, None] / {share}", 1)
+            mean, _ = self.tmp(
+                scope, f"th.div_rn(tl.sum({x} * {weight}, 1)[:, None], {share}.to({acc}))", 1
+            )
             dev, _ = self.tmp(scope, f"tl.where({weight} != 0, {x} - {mean}, 0)", 2)
             m2, _ = self.tmp(scope, f"tl.sum({dev} * {dev} * {weight}, 1)[:, None]", 1)
         else:

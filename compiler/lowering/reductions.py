@@ -131,12 +131,25 @@ def prims_var(
         return ctx.pointwise(
             m2.size, ctx.meta().dtype, lambda i: Op("truediv", (m2.load(i), denom), acc)
         )
-    total = ctx.reduction(x, axes, "sum", acc, acc)
+    # Both passes count from the row's first element, not from 0: a float32 mean of values
+    # far from 0 is rounded by an ulp of their size, and that error squared swamps a small
+    # variance (1e4 plus noise of 1e-3: 20% off, where eager's CPU kernel accumulates in
+    # double). Deviations from a pivot sum exactly enough; an empty row has none.
+    pivoted = n > 0
+
+    def shifted(full: tuple) -> Value:
+        value = cast(x.load(full), acc)
+        if not pivoted:
+            return value
+        first = tuple(Index() if k in axes else i for k, i in enumerate(full))
+        return Op("sub", (value, cast(x.load(first), acc)), acc)
+
+    total = ctx.reduction(x, axes, "sum", acc, acc, body_fn=shifted)
     inv_n = Constant(1.0 / n if n else math.nan, acc)
 
     def deviation(full: tuple) -> Value:
         outer = tuple(i for k, i in enumerate(full) if k not in axes)
-        d = Op("sub", (cast(x.load(full), acc), Op("mul", (total.load(outer), inv_n), acc)), acc)
+        d = Op("sub", (shifted(full), Op("mul", (total.load(outer), inv_n), acc)), acc)
         return Op("mul", (d, d), acc)
 
     squares = ctx.reduction(x, axes, "sum", acc, acc, body_fn=deviation)

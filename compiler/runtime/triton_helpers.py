@@ -153,6 +153,52 @@ else:
         return libdevice.copysign(x, y)
 
 
+# ---- correctly rounded float32 arithmetic, as eager's CUDA kernels compute it -------------
+#
+# Triton's float32 `/` is PTX's div.full.f32 (up to 2 ulp: 4.6875 / 0.9375 gives 5.0000005)
+# and tl.sqrt is sqrt.approx.ftz.f32 (subnormals flushed to 0); eager's are correctly
+# rounded. trunc, floor or an integer cast of a quotient or root that falls just below a
+# whole number turns the ulp into an integer off by one (`torch.div(a, b,
+# rounding_mode="trunc")`, `(x / y).long()`, `sqrt(49.0).floor()`). float64 is correctly
+# rounded either way; half-precision operands are divided in float32 and rounded back, as
+# c10's Half does.
+
+
+@triton.jit
+def div_rn(a, b):
+    if a.dtype == tl.float64:
+        return a / b
+    elif b.dtype == tl.float64:
+        return a / b
+    else:
+        q = tl.div_rn(a.to(tl.float32), b.to(tl.float32))
+        if a.dtype == tl.float16:
+            if b.dtype == tl.float16:
+                q = q.to(tl.float16)
+        elif a.dtype == tl.bfloat16:
+            if b.dtype == tl.bfloat16:
+                q = q.to(tl.bfloat16)
+        return q
+
+
+@triton.jit
+def sqrt_rn(x):
+    if x.dtype == tl.float64:
+        return tl.sqrt(x)
+    else:
+        return tl.sqrt_rn(x.to(tl.float32)).to(x.dtype)
+
+
+@triton.jit
+def sigmoid(x):
+    # eager's 1 / (1 + exp(-x)); tl.sigmoid divides with div.full.f32
+    if x.dtype == tl.float64:
+        return tl.sigmoid(x)
+    else:
+        one = tl.full([], 1.0, tl.float32)
+        return tl.div_rn(one, one + tl.exp(-x.to(tl.float32))).to(x.dtype)
+
+
 # ---- reduction combine functions (NaN-propagating like torch) -------------------------------
 
 
@@ -207,11 +253,11 @@ def floordiv_float(a, b):
     # c10's div_floor_floating: the quotient of a - fmod(a, b), which is exact, not
     # floor(a / b) (1.0 // 0.1 is 9.0: a / b rounds up to 10.0); IEEE's a / b for b == 0
     mod = fmod(a, b)
-    div = (a - mod) / b
+    div = div_rn(a - mod, b)
     div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
     floor = tl.floor(div)
     floor = tl.where(div - floor > 0.5, floor + 1.0, floor)
-    quotient = a / b
+    quotient = div_rn(a, b)
     floor = tl.where(div == 0, copysign(div * 0.0, quotient), floor)
     return tl.where(b == 0, quotient, floor)
 

@@ -171,6 +171,26 @@ def _outs_of_self_dtype(func: torch._ops.OpOverload, args: Sequence, kwargs: Map
             raise EagerRaises(f"{func}: an out= tensor of dtype {out.dtype}, eager wants {dtype}")
 
 
+def _softmax_backward_dtypes(func: torch._ops.OpOverload, args: Sequence, kwargs: Mapping) -> None:
+    """The softmax backward kernels read grad_output and output through one element type,
+    but for a half-to-float backward on CUDA (float32 grad and output of a float16 input):
+    a float32 grad with a float16 output raises "expected scalar type Float but found Half"
+    on either device, where the decomposition computes (the OpInfo run on the H200 found
+    it). Any pair but the same dtype throughout runs eagerly, which also keeps the
+    devices' other differences (the CPU's float16 result of a float32 grad)."""
+    names = [a.name for a in func._schema.arguments]
+    given = dict(zip(names, args)) | dict(kwargs)
+    grad, output = given.get("grad_output"), given.get("output")
+    input_dtype = given.get("input_dtype")
+    if not (isinstance(grad, torch.Tensor) and isinstance(output, torch.Tensor)):
+        return
+    if not grad.dtype == output.dtype == input_dtype:
+        raise EagerRaises(
+            f"{func}: grad_output {grad.dtype}, output {output.dtype}, input_dtype "
+            f"{input_dtype}: eager's kernels take one dtype"
+        )
+
+
 # Reductions whose fake kernels return a result for an empty reduced dimension where eager
 # raises (found by comparing both on zero-size inputs; the others' fake kernels raise too),
 # and the ops the OpInfo error inputs found (tests/codegen/test_opinfo_error_inputs.py).
@@ -187,6 +207,8 @@ _CHECKS: dict[torch._ops.OpOverload, Callable[[Any, Sequence, Mapping], None]] =
     aten.index_add.out: _index_add,
     aten.multinomial.out: _long_out,
     aten.aminmax.out: _outs_of_self_dtype,
+    aten._softmax_backward_data.default: _softmax_backward_dtypes,
+    aten._log_softmax_backward_data.default: _softmax_backward_dtypes,
 }
 
 

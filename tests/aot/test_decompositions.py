@@ -3,12 +3,16 @@ values as torch's reference decompositions they replace, in fewer aten ops."""
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 import torch
 from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
+from compiler.aot import decompositions
 from compiler.aot.decompositions import decomposition_table
 
 LERP = torch.ops.aten.lerp.Scalar
@@ -131,9 +135,7 @@ FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize(
-    "kind", ["plain", "causal", "float_mask", "grouped_query", "scale"]
-)
+@pytest.mark.parametrize("kind", ["plain", "causal", "float_mask", "grouped_query", "scale"])
 def test_flash_attention_for_cpu_returns_the_log_sum_exp(kind, dtype):
     """The op's second output is the log-sum-exp of each row of scores, (N, H, L), float32
     for half precision: torch's decomposition returned the attention weights there
@@ -210,3 +212,83 @@ def test_copy_into_a_clone_of_an_input_leaves_the_input_alone(monkeypatch):
         out = compiler.compile(f)(x)
     assert torch.equal(x, before)
     assert torch.equal(out, f(x))
+
+
+def _cuda_integer_ramp(start, end, steps: int, fma: bool, logspace_base=None) -> list:
+    """RangeFactories.cu's integer linspace (logspace with a base) emulated with numpy's
+    float32: the ends converted to integers, a float step, the first half from the start,
+    the rest from the end, each value truncated; `fma`: the multiply-add contracted."""
+    f32 = np.float32
+    s, e = int(start), int(end)
+    diff = f32(e - s) if logspace_base is not None else f32(e) - f32(s)
+    step = diff / f32(steps - 1)
+
+    def madd(base, k, sign):
+        if fma:
+            return f32(np.float64(base) + sign * np.float64(step) * k)
+        return f32(base) + f32(sign) * (step * f32(k))
+
+    out = []
+    for i in range(steps):
+        v = madd(s, i, 1) if i < steps // 2 else madd(e, steps - 1 - i, -1)
+        if logspace_base is not None:
+            v = np.power(f32(logspace_base), v)
+        out.append(int(v))
+    return out
+
+
+@pytest.mark.parametrize("ends", [(0, 7), (4.3, -3), (-2.0, 50), (50, 1), (0, 4)])
+def test_integer_linspace_in_cuda_float_steps(monkeypatch, ends):
+    """On CUDA eager steps an integer linspace in float32, not in double as on the CPU:
+    linspace(0, 7, 50) has a 3 where the CPU has a 4 (the full OpInfo run on the H200
+    found it). The CUDA formula, run here on the CPU, equals the kernel's emulated with
+    numpy wherever contracting its multiply-add into an FMA does not matter."""
+    monkeypatch.setitem(decompositions._RANGE_STEP_DTYPE, "cpu", torch.float32)
+    start, end = ends
+
+    def f(x):
+        return torch.linspace(start, end, 50, dtype=torch.int64) + x
+
+    out = compiler.compile(f, fullgraph=True)(torch.zeros((), dtype=torch.int64)).tolist()
+    _assert_emulated(out, lambda fma: _cuda_integer_ramp(start, end, 50, fma))
+    if ends == (0, 7):
+        assert out[28] == 3 and f(torch.zeros((), dtype=torch.int64))[28] == 4  # the CPU's
+    if max(abs(start), abs(end)) > 10:  # large powers: ulps of powf implementations apart
+        return
+
+    def g(x):
+        return torch.logspace(start, end, 50, 2.0, dtype=torch.int64) + x
+
+    out = compiler.compile(g, fullgraph=True)(torch.zeros((), dtype=torch.int64)).tolist()
+    _assert_emulated(out, lambda fma: _cuda_integer_ramp(start, end, 50, fma, logspace_base=2.0))
+
+
+def _assert_emulated(out: list, emulated) -> None:
+    fused, plain = emulated(True), emulated(False)
+    agreed = [k for k, (a, b) in enumerate(zip(fused, plain)) if a == b]
+    assert len(agreed) > 40
+    assert [out[k] for k in agreed] == [fused[k] for k in agreed]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_integer_linspace_and_logspace_match_eager_on_cuda(dtype):
+    """The CUDA formulas against eager's CUDA kernels."""
+    ends = [(0, 7), (4.3, -3), (-2.0, 50), (50, 1), (0, 4), (0, 1.2), (0, -3), (1, 100)]
+    for (start, end), steps in itertools.product(ends, (2, 4, 50, 1000)):
+        if dtype == torch.uint8 and min(start, end) < 0:
+            continue
+        for base in (None, 2.0, 3.0, 10.0):
+
+            def f(x, start=start, end=end, steps=steps, base=base):
+                if base is None:
+                    return torch.linspace(start, end, steps, dtype=dtype, device="cuda") + x
+                return torch.logspace(start, end, steps, base, dtype=dtype, device="cuda") + x
+
+            x = torch.zeros((), dtype=dtype, device="cuda")
+            assert torch.equal(compiler.compile(f, fullgraph=True)(x), f(x)), (
+                start,
+                end,
+                steps,
+                base,
+            )

@@ -1,6 +1,7 @@
 """Compile every generated Triton kernel module in a folder for an sm_90 target, without a
 GPU: catches what Triton's interpreter lets through (block shapes of loads and stores,
-libdevice calls). Run without TRITON_INTERPRET: `python compile_sm90.py KERNEL_DIR`."""
+libdevice calls), and PTX instructions whose results differ from eager's (`IMPRECISE`).
+Run without TRITON_INTERPRET: `python compile_sm90.py KERNEL_DIR`."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ POINTERS = {
     "bool": "*i1",
 }
 
+# Approximate float32 division and square root, which eager's CUDA kernels never use
+# (compiler/runtime/triton_helpers.py, div_rn and sqrt_rn, says what they got wrong):
+# Triton's `/` and tl.sqrt lower to PTX's div.full.f32 and sqrt.approx.ftz.f32, the
+# interpreter computes them exactly. Found in the kernel's Triton IR, where libdevice's
+# functions (whose own PTX is eager's too) are still calls.
+IMPRECISE = re.compile(r"\b(?:arith\.divf|math\.sqrt) [^:\n]*: (?:tensor<[0-9x]*)?f32\b")
+
 
 def compile_module(path: Path) -> None:
     spec = importlib.util.spec_from_file_location(f"sm90_{path.stem}", path)
@@ -47,7 +55,10 @@ def compile_module(path: Path) -> None:
         else:
             dtype = re.search(rf"# {name} = \w+: (\w+)\[", source).group(1)
             signature[name] = POINTERS[dtype]
-    triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32))
+    compiled = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32))
+    found = IMPRECISE.findall(compiled.asm["ttir"])
+    if found:
+        raise ValueError(f"approximate float32 arithmetic: {'; '.join(found)}")
 
 
 def main(folder: str) -> int:

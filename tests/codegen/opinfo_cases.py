@@ -54,6 +54,7 @@ from torch.testing._internal.opinfo.core import OpInfo, SampleInput
 from torch.utils._pytree import tree_flatten, tree_map
 
 import compiler
+from tests.precision import closer_by_rmse
 
 # ---- the skip list: every case not run, with why ------------------------------------------
 #
@@ -467,12 +468,8 @@ def _compare_tensor(
     ok = same | ((a - r).abs() <= 2 * (e - r).abs() + atol + rtol * r.abs())
     if bool(ok.all()):
         return None
-    finite = r.isfinite() & e.isfinite()
-    if bool((same | finite).all()) and bool(finite.any()):
-        ours = (a - r)[finite].square().mean().sqrt().item()
-        eager = (e - r)[finite].square().mean().sqrt().item()
-        if ours <= 2 * eager + atol:
-            return None
+    if closer_by_rmse(a, e, r, atol):
+        return None
     bad = (~ok).nonzero()[0].tolist()
     at = tuple(bad)
     return (
@@ -482,9 +479,7 @@ def _compare_tensor(
     )
 
 
-def _compare(
-    actual: Any, expected: Any, reference: Callable[[], Any] | None = None
-) -> str | None:
+def _compare(actual: Any, expected: Any, reference: Callable[[], Any] | None = None) -> str | None:
     """None when `actual` matches eager's `expected`, else what differs. `reference()` gives
     eager's outputs on upcast inputs, asked for only when values differ."""
     if isinstance(expected, _Raised) or isinstance(actual, _Raised):
@@ -539,7 +534,9 @@ def _reference(op: Any, sample: Any, dtype: torch.dtype) -> Any:
         return wider if x is dtype else x
 
     upcast = SampleInput(
-        tree_map(up, sample.input), args=tree_map(up, sample.args), kwargs=tree_map(up, sample.kwargs)
+        tree_map(up, sample.input),
+        args=tree_map(up, sample.args),
+        kwargs=tree_map(up, sample.kwargs),
     )
     call, tensors, _ = _bind(op, [upcast])
     out, _ = _run(call, tensors)

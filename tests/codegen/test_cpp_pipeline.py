@@ -253,3 +253,36 @@ def test_kernel_header_of_a_continued_line_stays_a_comment(monkeypatch):
     sources = [k.source for k in compiler.inspect(compiled_fn).kernels if k.language == "cpp"]
     assert sources and any("test_cpp_pipeline.py" in s for s in sources)
     assert not [ln for s in sources for ln in s.splitlines() if ln.rstrip().endswith("\\")]
+
+
+def test_variance_of_values_far_from_zero_is_eagers():
+    """The two-pass variance counts from each row's first element: from 0, the float32
+    mean of 1e4 plus noise of 1e-3 was an ulp of 1e4 off, and that error squared made the
+    variance 20% wrong where eager's CPU kernel (double accumulators) is exact to 1e-14.
+    Rows with an infinity or a NaN, empty rows and a single element stay eager's."""
+    torch.manual_seed(0)
+    x = torch.full((6, 40), 1e4) + torch.randn(6, 40) * 1e-3
+    x[1, 0], x[2, 5], x[3, 0] = float("inf"), float("nan"), float("-inf")
+
+    def fn(x, e, one):
+        return (
+            x.var(1),
+            x.std(1, correction=0),
+            torch.var_mean(x[4:], 1),  # (eager's Welford mean of a row with an inf is NaN)
+            x[4:].t().var(1),
+            e.var(1),
+            one.var(0, correction=0),
+        )
+
+    check(fn, x, torch.randn(3, 0), torch.randn(1, 5), rtol=1e-4, atol=1e-12)
+
+
+def test_long_float_sums_are_as_exact_as_eagers():
+    """Float sums accumulate in double: a float accumulator per lane rounded each of 4M
+    additions of values near 1000 at the size of the total, 3e-3 off where eager's
+    cascade sum is exact to 3e-8 (torch's float32 tolerance is 1.3e-6)."""
+    torch.manual_seed(0)
+    x = torch.rand(4_000_000) + 1000
+    check(
+        lambda x: (x.sum(), x.mean(), x.view(4, -1).sum(1), (x * x).sum(), x.half().sum()), x
+    )

@@ -31,6 +31,15 @@ CASES = [
         torch.sin(x.half() + 10),
         (x * 3).bfloat16().long(),
     ),
+    # correctly rounded division and square root (triton_helpers.div_rn, sqrt_rn)
+    lambda x: (
+        torch.div(x, x + 2, rounding_mode="trunc"),
+        (x.half() / 3).long(),
+        torch.reciprocal(x),
+        torch.sqrt(x.abs()).floor(),
+        torch.sigmoid(x),
+        torch.div(x.double(), 3.0),
+    ),
 ]
 
 

@@ -187,3 +187,35 @@ def test_float64_rsqrt_is_correctly_rounded():
     assert "tl.rsqrt" not in src and "1.0 / tl.sqrt(" in src
     src32 = "".join(k.source for k in triton_kernels(check(fn, x.float())))
     assert "tl.rsqrt(" in src32  # float32 keeps the fast form, as Inductor does
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_whole_quotients_and_roots_stay_whole(dtype):
+    """Quotients and square roots that are whole numbers, truncated, floored and cast: on a
+    GPU Triton's float32 `/` (div.full.f32) gave 4.6875 / 0.9375 = 5.0000005 and others
+    just below a whole number, so div(rounding_mode="trunc") was off by one (the full
+    OpInfo run on the H200: one float16 element), and tl.sqrt (sqrt.approx.ftz) flushed
+    subnormals to 0. The interpreter divides exactly: on CPU this checks the semantics,
+    tests/codegen/test_gpu_compile.py that no approximate instruction is emitted."""
+    torch.manual_seed(0)
+    # b * k below 2 ** (the dtype's significand bits) sixteenths: a / b is exactly k
+    m, n = (8, 31) if dtype == torch.bfloat16 else (16, 127)
+    b = (torch.randint(1, m + 1, (4096,), device=DEVICE) * 0.0625).to(dtype)
+    k = torch.randint(-n, n + 1, (4096,), device=DEVICE).to(dtype)
+    a = b * k
+    a[:2] = torch.tensor([4.6875, 1e-40], device=DEVICE)
+    b[:2] = torch.tensor([0.9375, 1.0], device=DEVICE)
+
+    def fn(a, b):
+        return (
+            torch.div(a, b, rounding_mode="trunc"),
+            torch.div(a, b, rounding_mode="floor"),
+            (a / b).long(),
+            (torch.reciprocal(b) * b).round(),
+            torch.sqrt(k * k).floor(),
+        )
+
+    check(fn, a, b, atol=0, rtol=0, interpreter=False)
+    # a subnormal's root (eager's CPU sqrt is itself not correctly rounded: a tolerance)
+    tiny = torch.tensor([1e-40, 3e-39, 4.0], device=DEVICE)
+    check(lambda x: (torch.sqrt(x),), tiny, atol=0, rtol=1e-6, interpreter=False)

@@ -96,6 +96,18 @@ def _multinomial_out(p, out):
     return out
 
 
+def _softmax_backward(grad, output):
+    return torch._softmax_backward_data(grad, output, 0, torch.float16) * 2
+
+
+def _log_softmax_backward(grad, output):
+    return torch._log_softmax_backward_data(grad, output, 0, torch.float32) + 1
+
+
+def _softmax_output(dtype):
+    return torch.softmax(torch.randn(5), 0).to(dtype)
+
+
 # (name, function, argument factories): each raises in eager.
 CASES = [
     ("overlap_add", _overlap_add, lambda: [torch.zeros(4)]),
@@ -116,6 +128,13 @@ CASES = [
     ("shapes", _shapes, lambda: [torch.randn(4), torch.randn(3)]),
     ("index_add", _index_add, lambda: [torch.randn(3, 2), torch.tensor([0, 2]), torch.randn(2)]),
     ("multinomial_out", _multinomial_out, lambda: [torch.rand(3), torch.zeros(2).double()]),
+    # a float32 grad with a float16 output (found by the OpInfo run on CUDA)
+    ("softmax_backward", _softmax_backward, lambda: [torch.randn(5), _softmax_output(torch.half)]),
+    (
+        "log_softmax_backward",
+        _log_softmax_backward,
+        lambda: [torch.randn(5), _softmax_output(torch.half)],
+    ),
 ]
 
 
@@ -163,6 +182,16 @@ def _max_of_nonempty_dim(x):
 
 def _index_add_rows(x, i, src):
     return x.index_add(0, i, src) * 2 + torch.zeros(5).index_add(0, i, src[:, 0]).unsqueeze(1)
+
+
+def test_softmax_backward_of_mixed_dtypes_is_eagers():
+    """Mixed dtypes eager accepts run eagerly, with eager's result (on the CPU a float16
+    grad and output with a float32 input_dtype give a float16 gradient)."""
+    grad, output = torch.randn(5).half(), _softmax_output(torch.half)
+    expected = _log_softmax_backward(grad, output)
+    out = compiler.compile(_log_softmax_backward)(grad, output)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.parametrize(

@@ -479,16 +479,56 @@ def _is_grad_enabled(tx, args, kwargs):
 
 
 def _min_max(fn):
-    def fold(tx, args, kwargs):
-        if len(args) == 1:
-            items = unpack_iterable(tx, args[0])
-        else:
-            items = list(args)
-        if all(is_python_constant(i) and not isinstance(i, ObjVar) for i in items):
-            return ConstVar(fn(as_python_constant(i) for i in items))
-        raise Break(f"{fn.__name__}() over tensors compares tensor values")
+    """min() and max() as Python computes them: `key` called on each item through the
+    tracer, the first best item kept (a later one replaces it only if strictly better),
+    `default` for an empty iterable. Comparing tensors reads their values: the comparison's
+    truth breaks the graph there, as any data-dependent branch does."""
+    better = operator.gt if fn is max else operator.lt
 
-    return fold
+    def run(tx, args, kwargs):
+        if set(kwargs) - {"key", "default"} or not args or (len(args) > 1 and "default" in kwargs):
+            return fold(tx, fn, args, kwargs)  # what Python says about these arguments
+        items = unpack_iterable(tx, args[0]) if len(args) == 1 else list(args)
+        if not items:
+            if "default" in kwargs:
+                return kwargs["default"]
+            return fold(tx, fn, [ListVar([])], {})  # Python's own ValueError
+        key = kwargs.get("key")
+        if key is not None and is_python_constant(key) and as_python_constant(key) is None:
+            key = None
+        keys = items if key is None else [calls.call(tx, key, [i], {}) for i in items]
+        best = 0
+        for i in range(1, len(items)):
+            if truth(tx, binary(tx, better, keys[i], keys[best])):
+                best = i
+        return items[best]
+
+    return run
+
+
+def sort_items(tx: Tracer, items: list[Var], key: Var | None, reverse: Var | None) -> list[Var]:
+    """`items` in the order sorted() and list.sort() give: stable, `key` called once on each
+    item through the tracer (so its effects are traced, not run at trace time). The keys
+    must be Python values; ordering tensors or real objects reads them in Python."""
+    if key is not None and is_python_constant(key) and as_python_constant(key) is None:
+        key = None
+    keys = items if key is None else [calls.call(tx, key, [i], {}) for i in items]
+    if not all(is_python_constant(k) and not isinstance(k, ObjVar) for k in keys):
+        raise Break("sorting compares tensor values or objects in Python")
+    values = [as_python_constant(k) for k in keys]
+    backwards = reverse is not None and truth(tx, reverse)
+    try:
+        order = sorted(range(len(items)), key=values.__getitem__, reverse=backwards)
+    except Exception as e:
+        raise raise_python(e) from None
+    return [items[i] for i in order]
+
+
+def _sorted(tx, args, kwargs):
+    if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
+        return fold(tx, sorted, args, kwargs)  # what Python says about these arguments
+    items = unpack_iterable(tx, args[0])
+    return ListVar(sort_items(tx, items, kwargs.get("key"), kwargs.get("reverse")))
 
 
 def _bool(tx, args, kwargs):
@@ -573,6 +613,7 @@ SPECIAL: dict[Any, Callable] = {
     super: _super,
     max: _min_max(max),
     min: _min_max(min),
+    sorted: _sorted,
     bool: _bool,
     abs: _unary_builtin(operator.abs),
     len: lambda tx, args, kwargs: _len(tx, args[0]),

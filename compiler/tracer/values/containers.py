@@ -139,7 +139,16 @@ LIST_METHODS: dict[str, Method] = {
     ),
     "clear": _list_change(lambda tx, items, args: items.clear()),
     "reverse": _list_change(lambda tx, items, args: items.reverse()),
+    "sort": lambda tx, lst, args, kwargs: _list_sort(tx, lst, args, kwargs),
 }
+
+
+def _list_sort(tx: Tracer, lst: ListVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if args or set(kwargs) - {"key", "reverse"}:
+        raise Break("list.sort() with these arguments")  # Python's TypeError, in Python
+    ordered = builtin_fns.sort_items(tx, list(lst.items), kwargs.get("key"), kwargs.get("reverse"))
+    operations.mutable_list(tx, lst).items[:] = ordered
+    return ConstVar(None)
 
 
 def _list_method(tx: Tracer, lst: ListVar, name: str, args: list[Var], kwargs: dict) -> Var:

@@ -248,11 +248,12 @@ def is_none(v: Var) -> bool:
 def is_same(a: Var, b: Var) -> bool:
     if a is b:
         return True
-    same = ops_of(a).same
-    if same is not None:
-        out = same(a, b)
-        if out is not None:
-            return out
+    for first, second in ((a, b), (b, a)):  # the kind that can tell, on either side
+        same = ops_of(first).same
+        if same is not None:
+            out = same(first, second)
+            if out is not None:
+                return out
     return a.source is not None and a.source == b.source
 
 

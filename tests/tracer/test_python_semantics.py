@@ -1,0 +1,180 @@
+"""Python as users write it, where the tracer once answered differently from eager: each
+section is one class of bug found by a sweep of small programs (builtins, identity, objects
+of the standard library), compared with eager on results, graph counts and side effects."""
+
+import operator
+
+import pytest
+import torch
+import torch.nn as nn
+
+import compiler
+
+from .helpers import Cases, T, check, check_module
+
+case = Cases()
+
+# ---- min() and max(): key=, default=, and which of equal items wins ---------------------
+
+
+@case(T(4), graphs=1, breaks=0)
+def min_max_with_key(x):
+    pairs = [(3, "c"), (1, "a"), (2, "b")]
+    return (
+        x + min((1, 2), key=lambda v: -v),
+        max(pairs, key=lambda p: p[0])[1],
+        min("abc", key=ord),
+        max([x.shape[0], 2]),
+    )
+
+
+@case(T(4), graphs=1, breaks=0)
+def min_max_default_on_empty(x):
+    return x + min([], default=5) + max((), default=-1) + max([7], default=0)
+
+
+@case(T(4), graphs=1, breaks=0)
+def min_max_first_of_equal_keys(x):
+    # Python keeps the first best item: a later one must be strictly better
+    items = [(1, "first"), (1, "second"), (0, "low")]
+    return x + 1, max(items, key=lambda p: p[0])[1], min(items[:2], key=lambda p: p[0])[1]
+
+
+@case(T(4), T(3), graphs=1, breaks=0)
+def max_of_tensors_by_their_size(x, y):
+    return max([x, y], key=lambda t: t.shape[0]) * 2
+
+
+@case(T(4))
+def min_of_empty_raises_as_eager(x):
+    return min([]) + x
+
+
+@case(T(4))
+def max_default_with_positional_items_raises_as_eager(x):
+    return max(1, 2, default=3) + x
+
+
+# ---- identity of functions: `f is g` ------------------------------------------------------
+
+
+class _Base:
+    def method(self):
+        return 1
+
+
+class _Child(_Base):
+    pass
+
+
+class _Override(_Base):
+    def method(self):
+        return 2
+
+
+@case(T(4), graphs=1, breaks=0)
+def function_identity_through_classes(x):
+    child = _Child()
+    return (
+        x + 1,
+        getattr(child.__class__, "method", _Base.method) is not _Base.method,
+        _Child.method is _Base.method,
+        type(child).method is _Base.method,
+        _Override.method is _Base.method,
+        _Override.method is not _Base.method,
+    )
+
+
+@case(T(4), graphs=1, breaks=0)
+def function_made_in_the_trace_is_no_other(x):
+    def local():
+        return 1
+
+    alias = local
+    return x + 1, local is alias, local is _Base.method, _Base.method is local
+
+
+# ---- operator.itemgetter / attrgetter / methodcaller on traced values -------------------
+
+
+@case(T(4), graphs=1, breaks=0)
+def operator_getter_objects(x):
+    pair = (x, x + 1)
+    first, second = operator.itemgetter(0, 1)(pair)
+    return (
+        operator.itemgetter(1)(pair),
+        first * second,
+        operator.attrgetter("shape")(x),
+        operator.attrgetter("T.shape", "ndim")(x.reshape(2, 2)),
+        operator.methodcaller("sum")(x),
+        operator.methodcaller("clamp", min=0.0)(x),
+        operator.methodcaller("add", 1)(x),
+        operator.itemgetter("k")({"k": x * 3}),
+    )
+
+
+@case(T(4), graphs=1, breaks=0)
+def sorted_by_itemgetter(x):
+    rows = [(2, x), (1, x * 2)]
+    return [t for _, t in sorted(rows, key=operator.itemgetter(0))]
+
+
+# ---- generators driven with send() ------------------------------------------------------
+
+
+def _running_total():
+    total = 0
+    while True:
+        v = yield total
+        if v is None:
+            return
+        total += v
+
+
+@case(T(4))
+def generator_send(x):
+    gen = _running_total()
+    next(gen)
+    gen.send(2)
+    return x + gen.send(3)
+
+
+@case(T(4), graphs=1, breaks=0)
+def generator_iterated_still_traced(x):
+    def values():
+        yield 1
+        yield 2
+
+    return x + sum(values())
+
+
+@pytest.mark.parametrize("fn,factories,expect", case)
+def test_python_semantics(fn, factories, expect):
+    check(fn, *factories, **expect)
+
+
+# ---- a module's state_dict() read in forward ----------------------------------------------
+
+
+class _ReadsItsStateDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.full((4,), 2.0))
+
+    def forward(self, x):
+        state = self.state_dict()
+        return x @ state["lin.weight"].T * state["scale"], sorted(state)
+
+
+def test_state_dict_in_forward():
+    # Module._save_to_state_dict compares `getattr(cls, "get_extra_state", default) is not
+    # Module.get_extra_state`: a wrong identity called get_extra_state, which raises
+    check_module(_ReadsItsStateDict, T(2, 4))
+
+
+def test_generator_send_gives_eagers_values_on_every_call():
+    compiled = compiler.compile(generator_send, backend="eager")
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled(x), generator_send(x))

@@ -164,6 +164,9 @@ def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
         if isinstance(current, TensorVar) and current.fake is value.fake:
             # `self.count += 1` on a buffer: updated in place, the attribute is unchanged
             return None
+    if isinstance(obj.value, torch.nn.Module) and modules.traced_attr_write(obj, name, value):
+        objects.write_attr(tx, obj, name, value)  # `self.calls += 1`, `self.buf = self.buf + 1`
+        return None
     return NotImplemented
 
 

@@ -33,6 +33,7 @@ from compiler.tracer.variables import (
     SuperVar,
     TensorVar,
     Var,
+    is_python_constant,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -283,6 +284,8 @@ def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
 
 
 def _getitem(tx: Tracer, obj: ObjVar, index: Var) -> Var:
+    if construct.is_plain_enum(obj.held) and is_python_constant(index):
+        return builtin_fns.fold(tx, operator.getitem, [obj, index], {})  # `Color["RED"]`
     if not isinstance(obj.value, modules.CONTAINERS):
         return NotImplemented
     return modules.container_getitem(tx, obj, operations.const_index(index))
@@ -313,6 +316,8 @@ def _contains(tx: Tracer, container: ObjVar, item: Var) -> Any:
 
 
 def _iterate(tx: Tracer, v: ObjVar) -> list[Var]:
+    if construct.is_plain_enum(v.held):
+        return [wrap_unguarded(member) for member in v.value]  # the class is guarded
     if isinstance(v.value, modules.CONTAINERS) and v.source is not None:
         return modules.container_items(tx, v)
     out = objects.call_dunder(tx, v, "__iter__", [])

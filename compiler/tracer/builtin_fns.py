@@ -16,8 +16,10 @@ from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
 from compiler.tracer.operations import (
     binary,
+    delete_attr,
     describe,
     load_attr,
+    store_attr,
     truth,
     unary,
     unpack_iterable,
@@ -240,6 +242,27 @@ def _getattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if len(args) > 2 and not _hasattr_value(tx, args[0], name):
         return args[2]
     return load_attr(tx, args[0], name)
+
+
+def _attr_name(args: list[Var], count: int) -> str:
+    """The attribute name of setattr()/delattr(), which take exactly `count` arguments."""
+    if len(args) != count or not is_python_constant(args[1]):
+        raise Break("setattr()/delattr() with these arguments")
+    name = as_python_constant(args[1])
+    if not isinstance(name, str):
+        raise raise_python(TypeError(f"attribute name must be string, not '{type(name).__name__}'"))
+    return name
+
+
+def _setattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # `setattr(obj, "name", v)` is `obj.name = v`: the same store, with the same handlers
+    store_attr(tx, args[0], _attr_name(args, 3), args[2])
+    return ConstVar(None)
+
+
+def _delattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    delete_attr(tx, args[0], _attr_name(args, 2))
+    return ConstVar(None)
 
 
 def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
@@ -595,6 +618,8 @@ def _is_dataclass(tx, args, kwargs):
 SPECIAL: dict[Any, Callable] = {
     isinstance: _isinstance,
     getattr: _getattr,
+    setattr: _setattr,
+    delattr: _delattr,
     hasattr: _hasattr,
     range: _range,
     list: _list,

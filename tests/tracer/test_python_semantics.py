@@ -2,6 +2,7 @@
 section is one class of bug found by a sweep of small programs (builtins, identity, objects
 of the standard library), compared with eager on results, graph counts and side effects."""
 
+import enum
 import operator
 
 import pytest
@@ -10,7 +11,7 @@ import torch.nn as nn
 
 import compiler
 
-from .helpers import Cases, T, check, check_module
+from .helpers import C, Cases, T, check, check_module
 
 case = Cases()
 
@@ -146,6 +147,62 @@ def generator_iterated_still_traced(x):
         yield 2
 
     return x + sum(values())
+
+
+# ---- Enum lookups: Color(value), Color[name], iterating the class -------------------------
+
+
+class _Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 3
+
+
+@case(T(4), graphs=1, breaks=0)
+def enum_lookups_and_iteration(x):
+    total = x * len(list(_Color)) + _Color(2).value + _Color["RED"].value
+    for level in _Level:
+        total = total + level
+    return total, [c.name for c in _Color], _Level(3) is _Level.HIGH
+
+
+@case(T(4))
+def enum_lookup_of_a_missing_value_raises_as_eager(x):
+    return x + _Color(5).value
+
+
+@case(T(4))
+def enum_lookup_of_a_missing_name_raises_as_eager(x):
+    return x + _Color["BLUE"].value
+
+
+# ---- setattr() and delattr() -----------------------------------------------------------
+
+
+class _Plain:
+    def __init__(self):
+        self.b = 2
+
+
+@case(T(4), C(_Plain()), graphs=1, breaks=0, recompiles=True)  # a new object per call
+def setattr_and_delattr(x, outside):
+    made = _Plain()
+    c, d, z = "c", "d", "z"  # names computed at run time, as setattr() is used
+    setattr(made, c, x * 2)
+    setattr(outside, d, x + 1)  # replayed on the caller's object after the graph
+    made.z = 3
+    delattr(made, z)
+    return made.c + made.b + hasattr(made, z) + outside.d + getattr(outside, d)
+
+
+@case(T(4))
+def setattr_with_a_name_that_is_not_a_string_raises_as_eager(x):
+    setattr(_Plain(), 3, x)
+    return x
 
 
 @pytest.mark.parametrize("fn,factories,expect", case)

@@ -27,6 +27,7 @@ from compiler.tracer.variables import (
     TupleVar,
     Var,
     as_python_constant,
+    is_python_constant,
     tuple_fields,
     tuple_kind,
 )
@@ -86,7 +87,31 @@ def _list_binary(tx: Tracer, op: Callable, a: ListVar, b: Var) -> Var:
     return _sequence_binary(tx, op, a, b)
 
 
+_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+
+
+def _compare(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
+    """`==`, `!=`, `<`, ... between two lists or two tuples holding traced values, as Python
+    compares sequences: item by item, an item that is the other's very object equal without
+    a comparison (`(t, 1) == (t, 1)` for a tensor t), the first unequal pair deciding, and
+    the lengths when one is a prefix of the other."""
+    if isinstance(a, ListVar) != isinstance(b, ListVar) or not isinstance(b, (ListVar, TupleVar)):
+        return NotImplemented  # a list is never equal to a tuple; ordering them raises
+    if op in (operator.eq, operator.ne) and len(a.items) != len(b.items):
+        return ConstVar(op is operator.ne)
+    for x, y in zip(a.items, b.items):
+        if operations.is_same(x, y):
+            continue
+        if not operations.truth(tx, operations.binary(tx, operator.eq, x, y)):
+            if op in (operator.eq, operator.ne):
+                return ConstVar(op is operator.ne)
+            return operations.binary(tx, op, x, y)
+    return ConstVar(op(len(a.items), len(b.items)))
+
+
 def _sequence_binary(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
+    if op in _COMPARISONS and not (is_python_constant(a) and is_python_constant(b)):
+        return _compare(tx, op, a, b)
     if isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
         return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
     if isinstance(b, ConstVar) and op in (operator.mul, operator.imul):

@@ -89,10 +89,15 @@ def is_pure_builtin(fn: Any) -> bool:
     module = getattr(fn, "__module__", None)
     if module in _PURE_MODULES:
         return True
+    # a method of an immutable value (`"a,b".split`, `"abc".__len__`, a method-wrapper) or
+    # an alternate constructor of its type (`int.from_bytes`, `float.fromhex`)
     self_obj = getattr(fn, "__self__", None)
-    return isinstance(fn, types.BuiltinMethodType) and isinstance(
-        self_obj, (str, int, float, tuple, bytes)
+    return isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType)) and (
+        isinstance(self_obj, _IMMUTABLE) or any(self_obj is t for t in _IMMUTABLE)
     )
+
+
+_IMMUTABLE = (str, int, float, tuple, bytes)
 
 
 _TEXT_BUILTINS = {str, repr, format, hash, ascii}
@@ -103,7 +108,7 @@ _ITERATING = {sum, max, min, all, any, sorted}
 def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Compute a pure function of constants now; with tensors, record it as a graph op."""
     args = [_read_iterator(tx, fn, a) if isinstance(a, IteratorVar) else a for a in args]
-    if fn in _ITERATING and len(args) == 1 and not is_python_constant(args[0]):
+    if fn in _ITERATING and len(args) == 1 and _items_traced(args[0]):
         args = [ListVar(unpack_iterable(tx, args[0]))]  # its items, through its own __iter__
     if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
         if fn in (abs, pow) or getattr(fn, "__module__", None) in ("operator", "_operator"):
@@ -136,6 +141,15 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         return wrap_unguarded(fn(*a, **k))
     except Exception as e:
         raise raise_python(e) from None
+
+
+def _items_traced(v: Var) -> bool:
+    """An iterable whose items the trace reads one by one: any but a constant, and a module
+    container (`sum(self.params)` over a ParameterList), whose items are tensors to read
+    through their sources rather than the real objects folded in."""
+    return not is_python_constant(v) or (
+        isinstance(v, ObjVar) and isinstance(v.held, torch.nn.Module)
+    )
 
 
 def _read_iterator(tx: Tracer, fn: Callable, it: IteratorVar) -> ListVar:
@@ -263,6 +277,26 @@ def _setattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
 def _delattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
     delete_attr(tx, args[0], _attr_name(args, 2))
     return ConstVar(None)
+
+
+def _object_slot(name: str) -> Callable:
+    """`object.__setattr__(self, name, value)` called directly (a frozen dataclass's
+    __init__, a class that bypasses its own __setattr__): object's own attribute method on
+    an instance built in the trace or on a real one, as `super().__setattr__` is."""
+
+    def run(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        if not args or kwargs:
+            raise Break(f"object.{name} with these arguments")
+        target, rest = args[0], list(args[1:])
+        if isinstance(target, NewObjectVar):
+            if name != "__getattribute__":
+                tx.changed(target)
+            return objects.object_method(tx, target, name, rest, {})
+        if isinstance(target, ObjVar):
+            return objects.real_object_method(tx, target, name, rest)
+        raise Break(f"object.{name} on {describe(target)}")
+
+    return run
 
 
 def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
@@ -620,6 +654,9 @@ SPECIAL: dict[Any, Callable] = {
     getattr: _getattr,
     setattr: _setattr,
     delattr: _delattr,
+    object.__setattr__: _object_slot("__setattr__"),
+    object.__delattr__: _object_slot("__delattr__"),
+    object.__getattribute__: _object_slot("__getattribute__"),
     hasattr: _hasattr,
     range: _range,
     list: _list,

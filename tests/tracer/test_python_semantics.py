@@ -2,6 +2,7 @@
 section is one class of bug found by a sweep of small programs (builtins, identity, objects
 of the standard library), compared with eager on results, graph counts and side effects."""
 
+import dataclasses
 import enum
 import operator
 
@@ -205,6 +206,78 @@ def setattr_with_a_name_that_is_not_a_string_raises_as_eager(x):
     return x
 
 
+# ---- comparing lists and tuples that hold tensors ------------------------------------------
+
+
+@case(T(4), graphs=1, breaks=0)
+def sequences_holding_the_same_tensor_compare_equal(x):
+    y = x + 1
+    return (
+        y,
+        (x, 1) == (x, 1),
+        [x, y] == [x, y],
+        (y, 2) != (y, 2),
+        (x, 1) == (x, 2),
+        (x, 1) == (x, 1, 3),
+        [x] == (x,),
+        (x, 1) < (x, 2),
+        [y, 3] >= [y],
+    )
+
+
+# ---- object.__setattr__ called directly (frozen dataclasses) --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    t: torch.Tensor
+    k: float = 2.0
+
+
+class _ReadOnly:
+    def __init__(self, v):
+        object.__setattr__(self, "v", v)  # its own __setattr__ refuses every write
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{name} is read-only")
+
+
+@case(T(4), graphs=1, breaks=0)
+def frozen_dataclass_made_and_read(x):
+    made = _Frozen(x * 2)
+    try:
+        made.k = 5.0
+    except dataclasses.FrozenInstanceError:
+        pass
+    return made.t * made.k, made == _Frozen(made.t, 2.0)
+
+
+@case(T(4), graphs=1, breaks=0)
+def object_setattr_bypassing_the_class(x):
+    ro = _ReadOnly(x + 1)
+    return ro.v * 2, object.__getattribute__(ro, "v")
+
+
+# ---- dunder methods and alternate constructors of numbers and strings ---------------------
+
+
+@case(T(4), graphs=1, breaks=0)
+def dunders_of_constants(x):
+    return (
+        x
+        + (7).__floordiv__(2)
+        + "abc".__len__()
+        + (3).__add__(1)
+        + int.from_bytes(b"\x01", "big")
+        + float.fromhex("0x1p1")
+    )
+
+
+@case(T(4))
+def alternate_constructor_error_raises_as_eager(x):
+    return x + int.from_bytes(b"\x01", "sideways")
+
+
 @pytest.mark.parametrize("fn,factories,expect", case)
 def test_python_semantics(fn, factories, expect):
     check(fn, *factories, **expect)
@@ -307,3 +380,29 @@ def test_module_attribute_written_in_forward(make, names, graphs):
         _same_attrs(eager, mod, names)
         if call == 0:
             assert len(backend_graphs) == graphs
+
+
+# ---- iterating builtins over a module container ----------------------------------------
+
+
+class _SumsItsParameters(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.params = nn.ParameterList([nn.Parameter(torch.ones(4)) for _ in range(2)])
+
+    def forward(self, x):
+        return sum(self.params), x * max(len(self.params), 1)
+
+
+def test_sum_over_a_parameter_list_reads_the_current_parameters():
+    # sum() folded the real parameters at trace time: a later in-place update (an optimizer
+    # step) was not seen, and the compiled module returned the old sum
+    mod = _SumsItsParameters()
+    compiled = compiler.compile(mod, backend="eager")
+    for step in range(3):
+        x = torch.randn(4)
+        expected, got = mod(x), compiled(x)
+        torch.testing.assert_close(got[0], expected[0])
+        torch.testing.assert_close(got[1], expected[1])
+        with torch.no_grad():
+            mod.params[0].add_(10.0 * (step + 1))

@@ -257,6 +257,12 @@ def is_same(a: Var, b: Var) -> bool:
     return a.source is not None and a.source == b.source
 
 
+def equal_items(tx: Tracer, a: Var, b: Var) -> bool:
+    """Whether two items of containers are equal, as containers compare them: the very same
+    object without a comparison, else the truth of `a == b` (a tensor's reads its value)."""
+    return is_same(a, b) or truth(tx, binary(tx, operator.eq, a, b))
+
+
 def contains(tx: Tracer, container: Var, item: Var) -> bool:
     if objects.class_of(container) is not None:
         out = objects.call_dunder(tx, container, "__contains__", [item])

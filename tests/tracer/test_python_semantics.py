@@ -225,6 +225,36 @@ def sequences_holding_the_same_tensor_compare_equal(x):
     )
 
 
+@case(T(4), graphs=1, breaks=0)
+def dicts_holding_the_same_tensor_compare_equal(x):
+    y = x + 1
+    return (
+        y,
+        {"a": x} == {"a": x},
+        {"a": x, "b": 1} != {"a": x, "b": 2},
+        {"a": x, "b": y} == {"b": y, "a": x},
+        {"a": x} == {"b": x},
+    )
+
+
+@case(T(4), graphs=1, breaks=0)
+def index_and_count_by_identity(x):
+    # each item up to the one found is the very object: no tensor comparison is made
+    y = x + 1
+    return y, [x, y].index(x), [y, x].index(y), (x, y).index(x), [x, x].count(x)
+
+
+@case(T(1))
+def index_comparing_one_element_tensors(x):
+    y = x + 1
+    return [y, x].index(x), [x * 1, y].count(x)
+
+
+@case(T(4))
+def index_of_a_missing_item_raises_as_eager(x):
+    return [x, 1].index(2, 1)
+
+
 # ---- object.__setattr__ called directly (frozen dataclasses) --------------------------------
 
 

@@ -97,12 +97,12 @@ def _compare(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
     the lengths when one is a prefix of the other."""
     if isinstance(a, ListVar) != isinstance(b, ListVar) or not isinstance(b, (ListVar, TupleVar)):
         return NotImplemented  # a list is never equal to a tuple; ordering them raises
+    if getattr(a, "view_of", None) is not None or getattr(b, "view_of", None) is not None:
+        return NotImplemented  # a dict's values() / items() view compares as its own type
     if op in (operator.eq, operator.ne) and len(a.items) != len(b.items):
         return ConstVar(op is operator.ne)
     for x, y in zip(a.items, b.items):
-        if operations.is_same(x, y):
-            continue
-        if not operations.truth(tx, operations.binary(tx, operator.eq, x, y)):
+        if not operations.equal_items(tx, x, y):
             if op in (operator.eq, operator.ne):
                 return ConstVar(op is operator.ne)
             return operations.binary(tx, op, x, y)
@@ -129,6 +129,31 @@ def _fold_method(name: str) -> Method:
     return method
 
 
+def _search_method(name: str, fold: Method) -> Method:
+    """`seq.index(v)` / `seq.count(v)`: folded on constants; over traced items, each compared
+    as the sequence compares it (the very object counts without a comparison)."""
+
+    def method(tx: Tracer, seq: ListVar | TupleVar, args: list[Var], kwargs: dict) -> Var:
+        if is_python_constant(seq) and all(is_python_constant(a) for a in args):
+            return fold(tx, seq, args, kwargs)
+        if kwargs or not args or (name == "count" and len(args) != 1) or len(args) > 3:
+            raise Break(f"{name}() with these arguments")
+        bounds = slice(*(as_python_constant(a) for a in args[1:])) if args[1:] else slice(None)
+        positions = range(len(seq.items))[bounds]
+        if name == "count":
+            return ConstVar(
+                sum(operations.equal_items(tx, seq.items[i], args[0]) for i in positions)
+            )
+        for i in positions:  # index() compares only up to the first match, as eager does
+            if operations.equal_items(tx, seq.items[i], args[0]):
+                return ConstVar(i)
+        kind = "list" if isinstance(seq, ListVar) else "tuple"
+        message = f"{kind}.index(x): x not in {kind}"
+        raise Raised(ExceptionVar(ValueError, [ConstVar(message)]))
+
+    return method
+
+
 def _tuple_fold_method(name: str) -> Method:
     def method(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return builtin_fns.fold(tx, getattr(tuple(as_python_constant(t)), name), args, kwargs)
@@ -148,8 +173,8 @@ def _list_change(change: Callable[[Tracer, list[Var], list[Var]], Any]) -> Metho
 
 
 LIST_METHODS: dict[str, Method] = {
-    "index": _fold_method("index"),
-    "count": _fold_method("count"),
+    "index": _search_method("index", _fold_method("index")),
+    "count": _search_method("count", _fold_method("count")),
     "__len__": _fold_method("__len__"),
     "copy": lambda tx, lst, args, kwargs: ListVar(list(lst.items)),
     "append": _list_change(lambda tx, items, args: items.append(args[0])),
@@ -235,7 +260,10 @@ VALUE_OPS[ListVar] = ValueOps(
 
 VALUE_OPS[TupleVar] = ValueOps(
     attr=_tuple_attr,
-    methods={"index": _tuple_fold_method("index"), "count": _tuple_fold_method("count")},
+    methods={
+        "index": _search_method("index", _tuple_fold_method("index")),
+        "count": _search_method("count", _tuple_fold_method("count")),
+    },
     getitem=_sequence_getitem,
     binary=_sequence_binary,
     truth=lambda tx, t: bool(t.items),
@@ -413,7 +441,24 @@ def _dict_binary(tx: Tracer, op: Callable, a: DictVar, b: Var) -> Var:
         return a
     if isinstance(b, DictVar) and op in (operator.or_, operator.ior):
         return DictVar({**a.items, **b.items})
+    if isinstance(b, DictVar) and op in (operator.eq, operator.ne):
+        if is_python_constant(a) and is_python_constant(b):
+            return NotImplemented  # folded
+        return ConstVar(_dicts_equal(tx, a, b) != (op is operator.ne))
     return NotImplemented
+
+
+def _dicts_equal(tx: Tracer, a: DictVar, b: DictVar) -> bool:
+    """dict equality: the same keys, each value equal as containers compare items (the very
+    object without a comparison); two OrderedDicts must also have the same order."""
+    if len(a.items) != len(b.items) or any(k not in b.items for k in a.items):
+        return False
+    ordered = issubclass(a.cls, collections.OrderedDict) and issubclass(
+        b.cls, collections.OrderedDict
+    )
+    if ordered and list(a.items) != list(b.items):
+        return False
+    return all(operations.equal_items(tx, a.items[k], b.items[k]) for k in a.items)
 
 
 def _dict_iter(tx: Tracer, d: DictVar) -> Var:

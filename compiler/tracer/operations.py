@@ -219,6 +219,11 @@ def _equality(tx: Tracer, a: Var, b: Var, negate: bool) -> Var:
         out = objects.call_dunder(tx, x, "__eq__", [y])
         if objects.found(out) and not is_not_implemented(out):
             return ConstVar(not truth(tx, out)) if negate else out
+    for x, y in ((a, b), (b, a)):  # a dict subclass built in the trace: dict's own __eq__
+        mapping = ops_of(x).mapping
+        out = mapping(tx, x, "__eq__", [y]) if mapping is not None else NotImplemented
+        if _handled(out) and not is_not_implemented(out):
+            return ConstVar(not truth(tx, out)) if negate else out
     return ConstVar(is_same(a, b) != negate)
 
 

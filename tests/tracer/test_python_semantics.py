@@ -2,6 +2,7 @@
 section is one class of bug found by a sweep of small programs (builtins, identity, objects
 of the standard library), compared with eager on results, graph counts and side effects."""
 
+import collections
 import dataclasses
 import enum
 import operator
@@ -234,6 +235,21 @@ def dicts_holding_the_same_tensor_compare_equal(x):
         {"a": x, "b": 1} != {"a": x, "b": 2},
         {"a": x, "b": y} == {"b": y, "a": x},
         {"a": x} == {"b": x},
+    )
+
+
+@case(T(4), graphs=1, breaks=0)
+def dict_subclasses_built_in_the_trace_compare_as_dicts(x):
+    ordered = collections.OrderedDict(a=x, b=1)
+    counts = collections.defaultdict(int)
+    counts["a"] = 1
+    return (
+        x + 1,
+        ordered == {"a": x, "b": 1},
+        {"a": x, "b": 1} == ordered,
+        ordered != {"a": x, "b": 1},
+        ordered == collections.OrderedDict(b=1, a=x),  # two OrderedDicts: order counts
+        counts == {"a": 1},
     )
 
 

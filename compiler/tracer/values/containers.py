@@ -22,6 +22,7 @@ from compiler.tracer.variables import (
     IteratorVar,
     ListVar,
     MethodVar,
+    NewObjectVar,
     SetVar,
     SliceVar,
     TupleVar,
@@ -441,20 +442,38 @@ def _dict_binary(tx: Tracer, op: Callable, a: DictVar, b: Var) -> Var:
         return a
     if isinstance(b, DictVar) and op in (operator.or_, operator.ior):
         return DictVar({**a.items, **b.items})
-    if isinstance(b, DictVar) and op in (operator.eq, operator.ne):
+    if mapping_of(b) is not None and op in (operator.eq, operator.ne):
         if is_python_constant(a) and is_python_constant(b):
             return NotImplemented  # folded
-        return ConstVar(_dicts_equal(tx, a, b) != (op is operator.ne))
+        return ConstVar(mappings_equal(tx, a, b).value != (op is operator.ne))
     return NotImplemented
 
 
-def _dicts_equal(tx: Tracer, a: DictVar, b: DictVar) -> bool:
+def mapping_of(v: Var) -> tuple[DictVar, type] | None:
+    """The items and the class of a dict, or of an instance of a dict subclass built in the
+    trace (an OrderedDict, a ModelOutput): what dict equality compares."""
+    if isinstance(v, DictVar):
+        return v, v.cls
+    if isinstance(v, NewObjectVar) and v.items is not None:
+        return v.items, v.cls
+    return None
+
+
+def mappings_equal(tx: Tracer, a: Var, b: Var) -> Var:
+    """`a == b` for a mapping `a` built in the trace: NotImplemented unless `b` is one too."""
+    left, right = mapping_of(a), mapping_of(b)
+    if left is None or right is None:
+        return ConstVar(NotImplemented)
+    return ConstVar(_dicts_equal(tx, *left, *right))
+
+
+def _dicts_equal(tx: Tracer, a: DictVar, a_cls: type, b: DictVar, b_cls: type) -> bool:
     """dict equality: the same keys, each value equal as containers compare items (the very
     object without a comparison); two OrderedDicts must also have the same order."""
     if len(a.items) != len(b.items) or any(k not in b.items for k in a.items):
         return False
-    ordered = issubclass(a.cls, collections.OrderedDict) and issubclass(
-        b.cls, collections.OrderedDict
+    ordered = issubclass(a_cls, collections.OrderedDict) and issubclass(
+        b_cls, collections.OrderedDict
     )
     if ordered and list(a.items) != list(b.items):
         return False

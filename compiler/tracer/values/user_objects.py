@@ -18,7 +18,7 @@ from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import exception_attr
 from compiler.tracer.hints import call_kind
 from compiler.tracer.marked import marked_call
-from compiler.tracer.values import modules, torch_functions
+from compiler.tracer.values import containers, modules, torch_functions
 from compiler.tracer.values.numbers import describe_value, same_value
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import (
@@ -370,6 +370,8 @@ builtin_fns.SPECIAL[id] = _id
 def _new_object_mapping(tx: Tracer, obj: NewObjectVar, name: str, args: list[Var]) -> Var:
     if obj.items is None:
         return NotImplemented
+    if name == "__eq__" and len(args) == 1:
+        return containers.mappings_equal(tx, obj, args[0])
     return objects.object_method(tx, obj, name, args, {})
 
 

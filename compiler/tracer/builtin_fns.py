@@ -14,7 +14,16 @@ import torch
 from compiler.tracer import calls, generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
-from compiler.tracer.operations import binary, get_iter, load_attr, truth, unary, unpack_iterable
+from compiler.tracer.operations import (
+    binary,
+    delete_attr,
+    get_iter,
+    load_attr,
+    store_attr,
+    truth,
+    unary,
+    unpack_iterable,
+)
 from compiler.tracer.shapes import concrete, python_type
 from compiler.tracer.values.table import describe
 from compiler.tracer.variables import (
@@ -81,10 +90,15 @@ def is_pure_builtin(fn: Any) -> bool:
     module = getattr(fn, "__module__", None)
     if module in _PURE_MODULES:
         return True
+    # a method of an immutable value (`"a,b".split`, `"abc".__len__`, a method-wrapper) or
+    # an alternate constructor of its type (`int.from_bytes`, `float.fromhex`)
     self_obj = getattr(fn, "__self__", None)
-    return isinstance(fn, types.BuiltinMethodType) and isinstance(
-        self_obj, (str, int, float, tuple, bytes)
+    return isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType)) and (
+        isinstance(self_obj, _IMMUTABLE) or any(self_obj is t for t in _IMMUTABLE)
     )
+
+
+_IMMUTABLE = (str, int, float, tuple, bytes)
 
 
 _TEXT_BUILTINS = {str, repr, format, hash, ascii}
@@ -95,7 +109,7 @@ _ITERATING = {sum, max, min, all, any, sorted}
 def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Compute a pure function of constants now; with tensors, record it as a graph op."""
     args = [_read_iterator(tx, fn, a) if isinstance(a, IteratorVar) else a for a in args]
-    if fn in _ITERATING and len(args) == 1 and not is_python_constant(args[0]):
+    if fn in _ITERATING and len(args) == 1 and _items_traced(args[0]):
         args = [ListVar(unpack_iterable(tx, args[0]))]  # its items, through its own __iter__
     if any(contains_tensor(a) for a in args) or any(contains_tensor(v) for v in kwargs.values()):
         if fn in (abs, pow) or getattr(fn, "__module__", None) in ("operator", "_operator"):
@@ -128,6 +142,15 @@ def fold(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]) -> V
         return wrap_unguarded(fn(*a, **k))
     except Exception as e:
         raise raise_python(e) from None
+
+
+def _items_traced(v: Var) -> bool:
+    """An iterable whose items the trace reads one by one: any but a constant, and a module
+    container (`sum(self.params)` over a ParameterList), whose items are tensors to read
+    through their sources rather than the real objects folded in."""
+    return not is_python_constant(v) or (
+        isinstance(v, ObjVar) and isinstance(v.held, torch.nn.Module)
+    )
 
 
 def _read_iterator(tx: Tracer, fn: Callable, it: IteratorVar) -> ListVar:
@@ -234,6 +257,47 @@ def _getattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if len(args) > 2 and not _hasattr_value(tx, args[0], name):
         return args[2]
     return load_attr(tx, args[0], name)
+
+
+def _attr_name(args: list[Var], count: int) -> str:
+    """The attribute name of setattr()/delattr(), which take exactly `count` arguments."""
+    if len(args) != count or not is_python_constant(args[1]):
+        raise Break("setattr()/delattr() with these arguments")
+    name = as_python_constant(args[1])
+    if not isinstance(name, str):
+        raise raise_python(TypeError(f"attribute name must be string, not '{type(name).__name__}'"))
+    return name
+
+
+def _setattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # `setattr(obj, "name", v)` is `obj.name = v`: the same store, with the same handlers
+    store_attr(tx, args[0], _attr_name(args, 3), args[2])
+    return ConstVar(None)
+
+
+def _delattr(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    delete_attr(tx, args[0], _attr_name(args, 2))
+    return ConstVar(None)
+
+
+def _object_slot(name: str) -> Callable:
+    """`object.__setattr__(self, name, value)` called directly (a frozen dataclass's
+    __init__, a class that bypasses its own __setattr__): object's own attribute method on
+    an instance built in the trace or on a real one, as `super().__setattr__` is."""
+
+    def run(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        if not args or kwargs:
+            raise Break(f"object.{name} with these arguments")
+        target, rest = args[0], list(args[1:])
+        if isinstance(target, NewObjectVar):
+            if name != "__getattribute__":
+                tx.changed(target)
+            return objects.object_method(tx, target, name, rest, {})
+        if isinstance(target, ObjVar):
+            return objects.real_object_method(tx, target, name, rest)
+        raise Break(f"object.{name} on {describe(target)}")
+
+    return run
 
 
 def _hasattr_value(tx: Tracer, obj: Var, name: str) -> bool:
@@ -471,16 +535,56 @@ def _is_grad_enabled(tx, args, kwargs):
 
 
 def _min_max(fn):
-    def fold(tx, args, kwargs):
-        if len(args) == 1:
-            items = unpack_iterable(tx, args[0])
-        else:
-            items = list(args)
-        if all(is_python_constant(i) and not isinstance(i, ObjVar) for i in items):
-            return ConstVar(fn(as_python_constant(i) for i in items))
-        raise Break(f"{fn.__name__}() over tensors compares tensor values")
+    """min() and max() as Python computes them: `key` called on each item through the
+    tracer, the first best item kept (a later one replaces it only if strictly better),
+    `default` for an empty iterable. Comparing tensors reads their values: the comparison's
+    truth breaks the graph there, as any data-dependent branch does."""
+    better = operator.gt if fn is max else operator.lt
 
-    return fold
+    def run(tx, args, kwargs):
+        if set(kwargs) - {"key", "default"} or not args or (len(args) > 1 and "default" in kwargs):
+            return fold(tx, fn, args, kwargs)  # what Python says about these arguments
+        items = unpack_iterable(tx, args[0]) if len(args) == 1 else list(args)
+        if not items:
+            if "default" in kwargs:
+                return kwargs["default"]
+            return fold(tx, fn, [ListVar([])], {})  # Python's own ValueError
+        key = kwargs.get("key")
+        if key is not None and is_python_constant(key) and as_python_constant(key) is None:
+            key = None
+        keys = items if key is None else [calls.call(tx, key, [i], {}) for i in items]
+        best = 0
+        for i in range(1, len(items)):
+            if truth(tx, binary(tx, better, keys[i], keys[best])):
+                best = i
+        return items[best]
+
+    return run
+
+
+def sort_items(tx: Tracer, items: list[Var], key: Var | None, reverse: Var | None) -> list[Var]:
+    """`items` in the order sorted() and list.sort() give: stable, `key` called once on each
+    item through the tracer (so its effects are traced, not run at trace time). The keys
+    must be Python values; ordering tensors or real objects reads them in Python."""
+    if key is not None and is_python_constant(key) and as_python_constant(key) is None:
+        key = None
+    keys = items if key is None else [calls.call(tx, key, [i], {}) for i in items]
+    if not all(is_python_constant(k) and not isinstance(k, ObjVar) for k in keys):
+        raise Break("sorting compares tensor values or objects in Python")
+    values = [as_python_constant(k) for k in keys]
+    backwards = reverse is not None and truth(tx, reverse)
+    try:
+        order = sorted(range(len(items)), key=values.__getitem__, reverse=backwards)
+    except Exception as e:
+        raise raise_python(e) from None
+    return [items[i] for i in order]
+
+
+def _sorted(tx, args, kwargs):
+    if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
+        return fold(tx, sorted, args, kwargs)  # what Python says about these arguments
+    items = unpack_iterable(tx, args[0])
+    return ListVar(sort_items(tx, items, kwargs.get("key"), kwargs.get("reverse")))
 
 
 def _bool(tx, args, kwargs):
@@ -547,6 +651,11 @@ def _is_dataclass(tx, args, kwargs):
 SPECIAL: dict[Any, Callable] = {
     isinstance: _isinstance,
     getattr: _getattr,
+    setattr: _setattr,
+    delattr: _delattr,
+    object.__setattr__: _object_slot("__setattr__"),
+    object.__delattr__: _object_slot("__delattr__"),
+    object.__getattribute__: _object_slot("__getattribute__"),
     hasattr: _hasattr,
     range: _range,
     list: _list,
@@ -565,6 +674,7 @@ SPECIAL: dict[Any, Callable] = {
     super: _super,
     max: _min_max(max),
     min: _min_max(min),
+    sorted: _sorted,
     bool: _bool,
     abs: _unary_builtin(operator.abs),
     len: lambda tx, args, kwargs: _len(tx, args[0]),

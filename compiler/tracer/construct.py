@@ -4,6 +4,7 @@ instances of plain Python classes whose __init__ is inlined."""
 
 from __future__ import annotations
 
+import enum
 import inspect
 import types
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,19 @@ if TYPE_CHECKING:
     from compiler.tracer.context import Tracer
 
 
+def is_plain_enum(cls: Any) -> bool:
+    """An Enum class whose lookups (`Color(2)`, `Color["RED"]`, iterating it) are Enum's own:
+    they find existing members and change nothing, so the trace computes them on the spot
+    (the class itself is guarded, and its members are fixed when it is made)."""
+    return (
+        isinstance(cls, enum.EnumMeta)
+        and type(cls).__call__ is enum.EnumMeta.__call__
+        and type(cls).__getitem__ is enum.EnumMeta.__getitem__
+        and type(cls).__iter__ is enum.EnumMeta.__iter__
+        and getattr(cls._missing_, "__func__", None) is enum.Enum._missing_.__func__
+    )
+
+
 def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     cls = cls_var.value
     if isinstance(cls, type) and issubclass(cls, torch.amp.autocast):
@@ -65,6 +79,8 @@ def construct_object(tx: Tracer, cls_var: ObjVar, args: list[Var], kwargs: dict[
         is_python_constant(a) for a in args
     ):
         return builtin_fns.fold(tx, cls, args, kwargs)
+    if is_plain_enum(cls) and len(args) == 1 and not kwargs and is_python_constant(args[0]):
+        return builtin_fns.fold(tx, cls, args, kwargs)  # `Color(2)`: the member, or ValueError
     if is_simple_exception_class(cls) and not kwargs:
         return ExceptionVar(cls, list(args))
     if objects.is_plain_class(cls):

@@ -20,6 +20,7 @@ only code holding it sees.
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,7 @@ class Inlined:
     effects_at: int  # Tracer.effect_count() when its run ended
     # the lists and dicts built in the trace that it could read, with their versions then
     watched: list[tuple[Var, int]] = field(default_factory=list)
+    generator: bool = False  # a generator object (not a map or filter run ahead)
 
 
 def run_started(tx: Tracer) -> tuple[int, int]:
@@ -68,6 +70,7 @@ def run_finished(
     made it when its run changed any state (`inputs`: its arguments and closure cells)."""
     why = f"generator {name}() changes state as it runs; it runs in Python, step by step "
     inlined = _unchanged(tx, name, before, inputs, why + "with its consumer")
+    inlined.generator = True
     it = IteratorVar(yields)
     it.generator = inlined
     tx.generators.append(it)
@@ -127,6 +130,23 @@ def check_read(tx: Tracer, it: IteratorVar) -> None:
             gen.created_at,
             f"state that generator {gen.name}() may read changed while it was being consumed; "
             "it runs in Python",
+        )
+
+
+# What a generator object has and an iterator over its values does not: send(), throw(),
+# close() drive the generator itself, and the gi_* attributes describe its frame.
+_GENERATOR_ONLY = frozenset(dir(types.GeneratorType)) - frozenset(dir(iter([])))
+
+
+def check_generator_attr(it: IteratorVar, name: str) -> None:
+    """`gen.send(v)`, `gen.throw(e)`, `gen.gi_frame`: the values run ahead cannot answer
+    them (send() hands the generator a value its run ahead never saw), so the generator is
+    made for real at the instruction that created it."""
+    gen = it.generator
+    if gen is not None and gen.generator and name in _GENERATOR_ONLY:
+        raise Restart(
+            gen.created_at,
+            f"generator {gen.name}().{name} needs the generator itself; it runs in Python",
         )
 
 

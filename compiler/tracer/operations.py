@@ -219,6 +219,11 @@ def _equality(tx: Tracer, a: Var, b: Var, negate: bool) -> Var:
         out = objects.call_dunder(tx, x, "__eq__", [y])
         if objects.found(out) and not is_not_implemented(out):
             return ConstVar(not truth(tx, out)) if negate else out
+    for x, y in ((a, b), (b, a)):  # a dict subclass built in the trace: dict's own __eq__
+        mapping = ops_of(x).mapping
+        out = mapping(tx, x, "__eq__", [y]) if mapping is not None else NotImplemented
+        if _handled(out) and not is_not_implemented(out):
+            return ConstVar(not truth(tx, out)) if negate else out
     return ConstVar(is_same(a, b) != negate)
 
 
@@ -248,12 +253,19 @@ def is_none(v: Var) -> bool:
 def is_same(a: Var, b: Var) -> bool:
     if a is b:
         return True
-    same = ops_of(a).same
-    if same is not None:
-        out = same(a, b)
-        if out is not None:
-            return out
+    for first, second in ((a, b), (b, a)):  # the kind that can tell, on either side
+        same = ops_of(first).same
+        if same is not None:
+            out = same(first, second)
+            if out is not None:
+                return out
     return a.source is not None and a.source == b.source
+
+
+def equal_items(tx: Tracer, a: Var, b: Var) -> bool:
+    """Whether two items of containers are equal, as containers compare them: the very same
+    object without a comparison, else the truth of `a == b` (a tensor's reads its value)."""
+    return is_same(a, b) or truth(tx, binary(tx, operator.eq, a, b))
 
 
 def contains(tx: Tracer, container: Var, item: Var) -> bool:

@@ -24,12 +24,14 @@ from compiler.tracer.variables import (
     IteratorVar,
     ListVar,
     MethodVar,
+    NewObjectVar,
     SetVar,
     SliceVar,
     TupleVar,
     Var,
     as_python_constant,
     dict_vars,
+    is_python_constant,
     key_var,
     tuple_fields,
     tuple_kind,
@@ -89,7 +91,31 @@ def _list_binary(tx: Tracer, op: Callable, a: ListVar, b: Var) -> Var:
     return _sequence_binary(tx, op, a, b)
 
 
+_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+
+
+def _compare(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
+    """`==`, `!=`, `<`, ... between two lists or two tuples holding traced values, as Python
+    compares sequences: item by item, an item that is the other's very object equal without
+    a comparison (`(t, 1) == (t, 1)` for a tensor t), the first unequal pair deciding, and
+    the lengths when one is a prefix of the other."""
+    if isinstance(a, ListVar) != isinstance(b, ListVar) or not isinstance(b, (ListVar, TupleVar)):
+        return NotImplemented  # a list is never equal to a tuple; ordering them raises
+    if getattr(a, "view_of", None) is not None or getattr(b, "view_of", None) is not None:
+        return NotImplemented  # a dict's values() / items() view compares as its own type
+    if op in (operator.eq, operator.ne) and len(a.items) != len(b.items):
+        return ConstVar(op is operator.ne)
+    for x, y in zip(a.items, b.items):
+        if not operations.equal_items(tx, x, y):
+            if op in (operator.eq, operator.ne):
+                return ConstVar(op is operator.ne)
+            return operations.binary(tx, op, x, y)
+    return ConstVar(op(len(a.items), len(b.items)))
+
+
 def _sequence_binary(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
+    if op in _COMPARISONS and not (is_python_constant(a) and is_python_constant(b)):
+        return _compare(tx, op, a, b)
     if isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
         return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
     if isinstance(b, ConstVar) and op in (operator.mul, operator.imul):
@@ -103,6 +129,31 @@ def _fold_method(name: str) -> Method:
 
     def method(tx: Tracer, lst: ListVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return builtin_fns.fold(tx, getattr(as_python_constant(lst), name), args, {})
+
+    return method
+
+
+def _search_method(name: str, fold: Method) -> Method:
+    """`seq.index(v)` / `seq.count(v)`: folded on constants; over traced items, each compared
+    as the sequence compares it (the very object counts without a comparison)."""
+
+    def method(tx: Tracer, seq: ListVar | TupleVar, args: list[Var], kwargs: dict) -> Var:
+        if is_python_constant(seq) and all(is_python_constant(a) for a in args):
+            return fold(tx, seq, args, kwargs)
+        if kwargs or not args or (name == "count" and len(args) != 1) or len(args) > 3:
+            raise Break(f"{name}() with these arguments")
+        bounds = slice(*(as_python_constant(a) for a in args[1:])) if args[1:] else slice(None)
+        positions = range(len(seq.items))[bounds]
+        if name == "count":
+            return ConstVar(
+                sum(operations.equal_items(tx, seq.items[i], args[0]) for i in positions)
+            )
+        for i in positions:  # index() compares only up to the first match, as eager does
+            if operations.equal_items(tx, seq.items[i], args[0]):
+                return ConstVar(i)
+        kind = "list" if isinstance(seq, ListVar) else "tuple"
+        message = f"{kind}.index(x): x not in {kind}"
+        raise Raised(ExceptionVar(ValueError, [ConstVar(message)]))
 
     return method
 
@@ -126,8 +177,8 @@ def _list_change(change: Callable[[Tracer, list[Var], list[Var]], Any]) -> Metho
 
 
 LIST_METHODS: dict[str, Method] = {
-    "index": _fold_method("index"),
-    "count": _fold_method("count"),
+    "index": _search_method("index", _fold_method("index")),
+    "count": _search_method("count", _fold_method("count")),
     "__len__": _fold_method("__len__"),
     "copy": lambda tx, lst, args, kwargs: ListVar(list(lst.items)),
     "append": _list_change(lambda tx, items, args: items.append(args[0])),
@@ -142,7 +193,16 @@ LIST_METHODS: dict[str, Method] = {
     ),
     "clear": _list_change(lambda tx, items, args: items.clear()),
     "reverse": _list_change(lambda tx, items, args: items.reverse()),
+    "sort": lambda tx, lst, args, kwargs: _list_sort(tx, lst, args, kwargs),
 }
+
+
+def _list_sort(tx: Tracer, lst: ListVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if args or set(kwargs) - {"key", "reverse"}:
+        raise Break("list.sort() with these arguments")  # Python's TypeError, in Python
+    ordered = builtin_fns.sort_items(tx, list(lst.items), kwargs.get("key"), kwargs.get("reverse"))
+    operations.mutable_list(tx, lst).items[:] = ordered
+    return ConstVar(None)
 
 
 def _list_method(tx: Tracer, lst: ListVar, name: str, args: list[Var], kwargs: dict) -> Var:
@@ -204,7 +264,10 @@ VALUE_OPS[ListVar] = ValueOps(
 
 VALUE_OPS[TupleVar] = ValueOps(
     attr=_tuple_attr,
-    methods={"index": _tuple_fold_method("index"), "count": _tuple_fold_method("count")},
+    methods={
+        "index": _search_method("index", _tuple_fold_method("index")),
+        "count": _search_method("count", _tuple_fold_method("count")),
+    },
     getitem=_sequence_getitem,
     binary=_sequence_binary,
     truth=lambda tx, t: bool(t.items),
@@ -382,7 +445,42 @@ def _dict_binary(tx: Tracer, op: Callable, a: DictVar, b: Var) -> Var:
         return a
     if isinstance(b, DictVar) and op in (operator.or_, operator.ior):
         return DictVar({**a.items, **b.items})
+    if mapping_of(b) is not None and op in (operator.eq, operator.ne):
+        if is_python_constant(a) and is_python_constant(b):
+            return NotImplemented  # folded
+        return ConstVar(mappings_equal(tx, a, b).value != (op is operator.ne))
     return NotImplemented
+
+
+def mapping_of(v: Var) -> tuple[DictVar, type] | None:
+    """The items and the class of a dict, or of an instance of a dict subclass built in the
+    trace (an OrderedDict, a ModelOutput): what dict equality compares."""
+    if isinstance(v, DictVar):
+        return v, v.cls
+    if isinstance(v, NewObjectVar) and v.items is not None:
+        return v.items, v.cls
+    return None
+
+
+def mappings_equal(tx: Tracer, a: Var, b: Var) -> Var:
+    """`a == b` for a mapping `a` built in the trace: NotImplemented unless `b` is one too."""
+    left, right = mapping_of(a), mapping_of(b)
+    if left is None or right is None:
+        return ConstVar(NotImplemented)
+    return ConstVar(_dicts_equal(tx, *left, *right))
+
+
+def _dicts_equal(tx: Tracer, a: DictVar, a_cls: type, b: DictVar, b_cls: type) -> bool:
+    """dict equality: the same keys, each value equal as containers compare items (the very
+    object without a comparison); two OrderedDicts must also have the same order."""
+    if len(a.items) != len(b.items) or any(k not in b.items for k in a.items):
+        return False
+    ordered = issubclass(a_cls, collections.OrderedDict) and issubclass(
+        b_cls, collections.OrderedDict
+    )
+    if ordered and list(a.items) != list(b.items):
+        return False
+    return all(operations.equal_items(tx, a.items[k], b.items[k]) for k in a.items)
 
 
 def _dict_iter(tx: Tracer, d: DictVar) -> Var:

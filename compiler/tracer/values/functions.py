@@ -164,6 +164,17 @@ def _rebuild(em: Emitter, fn: FunctionVar) -> str:
     return f"{em.ref(_with_attributes, 'fn')}({made}, {kwdefaults}, {annotations})"
 
 
+def _same_function(a: FunctionVar, b: Var) -> bool | None:
+    """`f is g` for a function: real functions are the same object or not (`getattr(cls,
+    name, default) is Base.method`, torch's own test in Module._save_to_state_dict); a
+    function made in the trace is a new object, the same as no other value."""
+    if isinstance(b, FunctionVar):
+        return a.fn is not None and a.fn is b.fn
+    if isinstance(b, (ConstVar, ObjVar)):
+        return a.fn is not None and a.fn is b.value
+    return None
+
+
 def _always(tx: Tracer, v: Var) -> bool:
     return True
 
@@ -173,6 +184,7 @@ VALUE_OPS[FunctionVar] = ValueOps(
     attr=_attr,
     call=_call,
     truth=_always,
+    same=_same_function,
     rebuild=_rebuild,
     one_object=True,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compiler.tracer import generators
+from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import IteratorVar, Var
 
@@ -18,6 +19,11 @@ def _iterate(tx: Tracer, it: IteratorVar) -> list[Var]:
     items = it.items[it.index :]
     it.move(len(it.items), exhausted=True)
     return items
+
+
+def _attr(tx: Tracer, it: IteratorVar, name: str) -> Var:
+    generators.check_generator_attr(it, name)
+    raise Break(f"attribute {name!r} of an iterator is not traced")
 
 
 def _iterator_at(seq: list, index: int) -> Any:
@@ -48,6 +54,7 @@ def _replay(em: Emitter, it: IteratorVar, lines: list[str]) -> None:
 
 
 VALUE_OPS[IteratorVar] = ValueOps(
+    attr=_attr,
     truth=lambda tx, it: True,
     iterate=_iterate,
     get_iter=lambda tx, it: it,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import types
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -19,11 +20,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.records import ControlRecord, SourceLine
-from compiler.tracer import builtin_fns, calls
+from compiler.tracer import builtin_fns, calls, operations
 from compiler.tracer.breaks import Break
 from compiler.tracer.context import DeferredCall
 from compiler.tracer.shapes import is_symbolic
-from compiler.tracer.variables import ConstVar, FunctionVar, ObjVar, Var, as_python_constant
+from compiler.tracer.variables import (
+    ConstVar,
+    FunctionVar,
+    ObjVar,
+    TupleVar,
+    Var,
+    as_python_constant,
+)
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
 if TYPE_CHECKING:
@@ -309,5 +317,35 @@ def _bound_method(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var
     return calls.call_by_type(tx, ObjVar(func), [self_var, *args], kwargs)
 
 
+def _operator_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """An operator.itemgetter / attrgetter / methodcaller object, applied as the subscripts,
+    attribute reads or method call it stands for (its own pickled arguments say which)."""
+    if len(args) != 1 or kwargs:
+        return NotImplemented
+    maker, spec = fn.value.__reduce__()
+    (obj,) = args
+    if isinstance(fn.held, operator.methodcaller):
+        name, *margs = (maker.args if isinstance(maker, functools.partial) else ()) + spec
+        mkw = maker.keywords if isinstance(maker, functools.partial) else {}
+        return calls.call(
+            tx,
+            operations.load_attr(tx, obj, name),
+            [wrap_unguarded(a) for a in margs],
+            {k: wrap_unguarded(v) for k, v in mkw.items()},
+        )
+    if isinstance(fn.held, operator.itemgetter):
+        found = [operations.getitem(tx, obj, wrap_unguarded(i)) for i in spec]
+    else:
+        found = []
+        for dotted in spec:
+            value = obj
+            for part in dotted.split("."):
+                value = operations.load_attr(tx, value, part)
+            found.append(value)
+    return found[0] if len(found) == 1 else TupleVar(found)
+
+
+for _getter in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
+    calls.CALL_BY_TYPE.setdefault(_getter, []).append(_operator_object)
 calls.CALL_BY_TYPE.setdefault(functools._lru_cache_wrapper, []).append(_cached)
 calls.CALL_BY_TYPE.setdefault(types.MethodType, []).append(_bound_method)

@@ -24,6 +24,7 @@ from compiler.tracer.variables import (
     IteratorVar,
     ListVar,
     ObjVar,
+    TensorVar,
     TupleVar,
     Var,
     as_python_constant,
@@ -49,6 +50,13 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     src = mod_var.source
     d = mod.__dict__
     cls = type(mod)
+    written = objects.written_attr(tx, mod_var, name)
+    if objects.found(written):
+        return written
+    if name == "__dict__" and id(mod) in tx.attr_writes:
+        raise Break("reading __dict__ of a module whose attributes the trace wrote")
+    if name == "_buffers":
+        _check_buffers_current(tx, mod_var)
     if cls.__getattribute__ is not object.__getattribute__:
         raise Break(f"{cls.__name__} has its own __getattribute__: reading .{name} runs in Python")
     attr = lookup(cls, name)
@@ -67,6 +75,36 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
                 mark_static_address(table[name])  # a CUDA graph may read it in place
             return objects.attr_value(tx, table[name], src, name)
     raise Break(f"{cls.__name__} has no attribute {name!r}")
+
+
+def traced_attr_write(mod_var: ObjVar, name: str, value: Var) -> bool:
+    """`module.name = value` that the trace records (reads see it, the entry writes it for
+    real after the graph, through nn.Module.__setattr__): a Python value or a tensor that is
+    not a Parameter under a name that is neither a parameter nor a submodule, or a tensor
+    replacing a buffer (`self.count = self.count + 1`); no descriptor of its class."""
+    mod = mod_var.value
+    cls = type(mod)
+    if mod_var.source is None or cls.__setattr__ is not torch.nn.Module.__setattr__:
+        return False
+    if name in mod._parameters or name in mod._modules:
+        return False
+    if isinstance(value, ObjVar) and isinstance(value.held, torch.nn.Module):
+        return False
+    if isinstance(value, TensorVar) and value.node.meta.get("is_parameter"):
+        return False
+    if name in mod._buffers and not isinstance(value, TensorVar):
+        return False
+    return not hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+
+
+def _check_buffers_current(tx: Tracer, mod_var: ObjVar) -> None:
+    """The module's real buffer table is stale where the trace replaced one of its buffers:
+    code that reads the table (state_dict(), named_buffers()) runs after the write, in Python."""
+    writes = tx.attr_writes.get(id(mod_var.held))
+    if writes is not None and any(n in mod_var.held._buffers for n in writes.values):
+        raise Break(
+            f"reading the buffers of a {type(mod_var.held).__name__} whose buffer the trace replaced"
+        )
 
 
 def _named_children(tx: Tracer, mod_var: ObjVar) -> list[tuple[str, Var]]:
@@ -127,6 +165,8 @@ def _named_members(tx: Tracer, mod_var: ObjVar, table: str, params: dict) -> lis
     memo: set[int] = set()
     out = []
     for module_prefix, module in modules:
+        if table == "_buffers":
+            _check_buffers_current(tx, module)
         members = module.value.__dict__[table]
         tx.guards.dict_keys(f"{module.source}.{table}", members)
         for key, member in members.items():

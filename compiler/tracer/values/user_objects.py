@@ -19,7 +19,7 @@ from compiler.tracer.exceptions import exception_attr, raise_python
 from compiler.tracer.hints import call_kind
 from compiler.tracer.lookups import python_method
 from compiler.tracer.marked import marked_call
-from compiler.tracer.values import modules, torch_functions
+from compiler.tracer.values import containers, modules, torch_functions
 from compiler.tracer.values.numbers import describe_value, same_value
 from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
@@ -34,6 +34,7 @@ from compiler.tracer.variables import (
     SuperVar,
     TensorVar,
     Var,
+    is_python_constant,
     key_var,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
@@ -138,6 +139,9 @@ def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
         if isinstance(current, TensorVar) and current.fake is value.fake:
             # `self.count += 1` on a buffer: updated in place, the attribute is unchanged
             return None
+    if isinstance(obj.value, torch.nn.Module) and modules.traced_attr_write(obj, name, value):
+        objects.write_attr(tx, obj, name, value)  # `self.calls += 1`, `self.buf = self.buf + 1`
+        return None
     return NotImplemented
 
 
@@ -273,6 +277,8 @@ def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
 def _getitem(tx: Tracer, obj: ObjVar, index: Var) -> Var:
     if _is_annotation_form(obj.held):
         return _annotation(obj, index)
+    if construct.is_plain_enum(obj.held) and is_python_constant(index):
+        return builtin_fns.fold(tx, operator.getitem, [obj, index], {})  # `Color["RED"]`
     if not isinstance(obj.value, modules.CONTAINERS):
         return NotImplemented
     return modules.container_getitem(tx, obj, operations.const_index(index))
@@ -366,6 +372,8 @@ def _contains(tx: Tracer, container: ObjVar, item: Var) -> Any:
 
 
 def _iterate(tx: Tracer, v: ObjVar) -> list[Var]:
+    if construct.is_plain_enum(v.held):
+        return [wrap_unguarded(member) for member in v.value]  # the class is guarded
     if isinstance(v.value, modules.CONTAINERS) and v.source is not None:
         return modules.container_items(tx, v)
     out = objects.call_dunder(tx, v, "__iter__", [])
@@ -419,6 +427,8 @@ builtin_fns.SPECIAL[id] = _id
 def _new_object_mapping(tx: Tracer, obj: NewObjectVar, name: str, args: list[Var]) -> Var:
     if obj.items is None:
         return NotImplemented
+    if name == "__eq__" and len(args) == 1:
+        return containers.mappings_equal(tx, obj, args[0])
     return objects.object_method(tx, obj, name, args, {})
 
 

@@ -676,7 +676,7 @@ class CppEmitter(KernelEmitter):
 
     language = "cpp"
     welford = False  # two passes in one kernel: see KernelEmitter.welford
-    materialise_broadcasts = True
+    materialise_recomputed = True
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
         name, source, args = emit_kernel_source(group, schedule)

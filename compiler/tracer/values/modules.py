@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from compiler.support.static import mark_static_address
-from compiler.tracer import calls
+from compiler.tracer import calls, objects
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.lookups import MISSING, lookup
@@ -27,6 +27,7 @@ from compiler.tracer.variables import (
     TupleVar,
     Var,
     as_python_constant,
+    is_python_constant,
 )
 from compiler.tracer.wrap import wrap, wrap_unguarded
 
@@ -51,6 +52,9 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
     cls = type(mod)
     if cls.__getattribute__ is not object.__getattribute__:
         raise Break(f"{cls.__name__} has its own __getattribute__: reading .{name} runs in Python")
+    written = objects.written_attr(tx, mod_var, name)
+    if objects.found(written):
+        return written
     attr = lookup(cls, name)
     if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
         return user_objects.class_attr(tx, mod_var, cls, name, attr)
@@ -67,6 +71,26 @@ def module_attr(tx: Tracer, mod_var: ObjVar, name: str) -> Var:
                 mark_static_address(table[name])  # a CUDA graph may read it in place
             return user_objects.attr_value(tx, table[name], src, name)
     raise Break(f"{cls.__name__} has no attribute {name!r}")
+
+
+def store_plain_attr(tx: Tracer, mod_var: ObjVar, name: str, value: Var) -> bool:
+    """`module.name = value` for a Python constant (an int, a tuple of ints: Swin's layers
+    set their shift and window sizes in forward) where nn.Module.__setattr__ only writes
+    the instance's __dict__: the name is none of the module's parameters, buffers or
+    submodules, the class neither replaces __setattr__ nor has a descriptor for the name.
+    Recorded to replay after the graph, and read back by the rest of the trace."""
+    mod = mod_var.value
+    cls = type(mod)
+    if (
+        mod_var.source is None
+        or not is_python_constant(value)
+        or cls.__setattr__ is not torch.nn.Module.__setattr__
+        or hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+        or any(name in mod.__dict__.get(t, {}) for t in ("_parameters", "_buffers", "_modules"))
+    ):
+        return False
+    objects.write_attr(tx, mod_var, name, value)
+    return True
 
 
 def _named_children(tx: Tracer, mod_var: ObjVar) -> list[tuple[str, Var]]:

@@ -164,6 +164,8 @@ def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
         if isinstance(current, TensorVar) and current.fake is value.fake:
             # `self.count += 1` on a buffer: updated in place, the attribute is unchanged
             return None
+    if isinstance(obj.value, torch.nn.Module) and modules.store_plain_attr(tx, obj, name, value):
+        return None
     return NotImplemented
 
 

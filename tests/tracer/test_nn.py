@@ -395,3 +395,34 @@ def test_module_attribute_writes_keep_parameters_buffers_and_submodules():
     compiled = compiler.compile(copy.deepcopy(eager))
     x = torch.randn(2, 4)
     assert_same(eager(x), compiled(x), "out")
+
+
+class CountsCalls(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        return self.lin(x) * self.calls
+
+
+def test_a_frame_changing_what_its_own_guards_check_runs_eagerly_early():
+    """`self.calls += 1` in forward: each entry's write makes its own guard fail on the
+    next call. The second such recompile gives up on the frame, which runs eagerly from
+    then on with a CompilerWarning naming the guard, where it recompiled on every call
+    until config.cache_size_limit (8 compiles: on a real model, seconds each)."""
+    eager = CountsCalls()
+    mod = copy.deepcopy(eager)
+    backend = RecordingBackend()
+    compiled = compiler.compile(mod, backend=backend)
+    with pytest.warns(compiler.CompilerWarning, match=r"L\['self'\]\.calls"):
+        for _ in range(12):
+            x = torch.randn(2, 8)
+            assert_same(eager(x), compiled(x), "out")
+            assert mod.calls == eager.calls
+    (forward,) = [
+        f for f in compiler.inspect(compiled).functions if f.qualname == "CountsCalls.forward"
+    ]
+    assert len(forward.entries) == 2  # the Linear it calls is compiled on its own after

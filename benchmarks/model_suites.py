@@ -24,20 +24,55 @@ class ModelSpec:
     name: str
     suite: str
     build: Callable[[], torch.nn.Module]
-    kind: str = "image"  # "image": a (batch, 3, H, W) tensor; "text": (batch, seq) token ids
-    fixed_size: int | None = None  # the image size the model requires, if any
+    kind: str = "image"  # a key of INPUT_KINDS
+    fixed_size: int | None = None  # the input size the model requires: image side, mel frames
     default_size: int = 224  # the image size used where --size is too small for the model
-    vocab: int = 0  # text models: ids are drawn from range(vocab)
+    vocab: int = 0  # text models: ids are drawn from range(vocab); "mel": the mel bins
+
+
+def _image(spec: ModelSpec, batch: int, size: int, seq: int, device: str, dtype: torch.dtype):
+    side = spec.fixed_size or size
+    return (torch.randn(batch, 3, side, side, device=device, dtype=dtype),)
+
+
+def _text(spec: ModelSpec, batch: int, size: int, seq: int, device: str, dtype: torch.dtype):
+    return (torch.randint(spec.vocab, (batch, seq), device=device),)
+
+
+def _seq2seq(spec: ModelSpec, batch: int, size: int, seq: int, device: str, dtype: torch.dtype):
+    """Encoder ids, their mask (the last quarter of the second row padded) and decoder ids,
+    in the positional order of T5Model and BartModel."""
+    ids = torch.randint(spec.vocab, (batch, seq), device=device)
+    mask = torch.ones(batch, seq, dtype=torch.long, device=device)
+    mask[-1, seq - seq // 4 :] = 0
+    return ids, mask, torch.randint(spec.vocab, (batch, seq), device=device)
+
+
+def _audio(spec: ModelSpec, batch: int, size: int, seq: int, device: str, dtype: torch.dtype):
+    """A waveform that wav2vec2's feature encoder (stride 320) turns into about `seq` frames."""
+    return (torch.randn(batch, 320 * seq + 80, device=device, dtype=dtype),)
+
+
+def _mel(spec: ModelSpec, batch: int, size: int, seq: int, device: str, dtype: torch.dtype):
+    """Log-mel features in the frames Whisper's encoder requires (twice its positions: its
+    strided conv halves them)."""
+    return (torch.randn(batch, spec.vocab, spec.fixed_size, device=device, dtype=dtype),)
+
+
+INPUT_KINDS: dict[str, Callable[..., tuple[torch.Tensor, ...]]] = {
+    "image": _image,
+    "text": _text,
+    "seq2seq": _seq2seq,
+    "audio": _audio,
+    "mel": _mel,
+}
 
 
 def make_inputs(
     spec: ModelSpec, batch: int, size: int, seq: int, device: str, dtype: torch.dtype
 ) -> tuple[torch.Tensor, ...]:
     """Fresh random inputs (seeded by the caller); a fixed-size model gets its own size."""
-    if spec.kind == "text":
-        return (torch.randint(spec.vocab, (batch, seq), device=device),)
-    side = spec.fixed_size or size
-    return (torch.randn(batch, 3, side, side, device=device, dtype=dtype),)
+    return INPUT_KINDS[spec.kind](spec, batch, size, seq, device, dtype)
 
 
 def disable_randomness(model: torch.nn.Module) -> None:
@@ -254,7 +289,82 @@ def transformers_specs() -> list[ModelSpec]:
             fixed_size=224,
         )
     )
-    return specs
+    return specs + _small_transformers()
+
+
+# Decoders with rotary embeddings and grouped-query attention, ALiBi, windowed attention, an
+# encoder-decoder and audio encoders, from small configs (issue 30's kinds of model).
+_DECODER = {
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 512,
+}
+_AUDIO = {
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "intermediate_size": 1024,
+    "conv_dim": (256,) * 7,
+}
+
+
+def _small_transformers() -> list[ModelSpec]:
+    rows = [
+        ("mistral_small", "MistralForCausalLM", "MistralConfig", _DECODER, "text", 32000, None),
+        ("qwen2_small", "Qwen2ForCausalLM", "Qwen2Config", _DECODER, "text", 32000, None),
+        (
+            "bloom_small",
+            "BloomModel",
+            "BloomConfig",
+            {"hidden_size": 256, "n_layer": 4, "n_head": 8, "vocab_size": 32000},
+            "text",
+            32000,
+            None,
+        ),
+        (
+            "t5_small",
+            "T5Model",
+            "T5Config",
+            {"d_model": 256, "d_ff": 1024, "num_layers": 4, "num_heads": 4, "d_kv": 64},
+            "seq2seq",
+            32128,
+            None,
+        ),
+        (
+            "swin_tiny",
+            "SwinModel",
+            "SwinConfig",
+            {"embed_dim": 48, "depths": (2, 2, 2, 2), "num_heads": (3, 6, 12, 24)},
+            "image",
+            0,
+            224,
+        ),
+        ("wav2vec2_small", "Wav2Vec2Model", "Wav2Vec2Config", _AUDIO, "audio", 0, None),
+        (
+            "whisper_encoder",
+            "WhisperForAudioClassification",
+            "WhisperConfig",
+            {
+                "d_model": 256,
+                "encoder_layers": 4,
+                "encoder_attention_heads": 4,
+                "encoder_ffn_dim": 1024,
+                "num_mel_bins": 80,
+                "max_source_positions": 32,
+            },
+            "mel",
+            80,
+            64,
+        ),
+    ]
+    return [
+        ModelSpec(name, "transformers", _hf_builder(m, c, **cfg), kind, fixed_size=size, vocab=v)
+        for name, m, c, cfg, kind, v, size in rows
+    ]
 
 
 def suite_specs(suite: str) -> list[ModelSpec]:

@@ -2,8 +2,11 @@
 by name, extern aten calls, layout copies), from torch.profiler over a few calls each.
 
     .venv/bin/python benchmarks/profile_cpu.py resnet18 [--calls 5] [--top 25]
+    .venv/bin/python benchmarks/profile_cpu.py transformers:llama_small --seq 32 --torch-compile
 
-Workloads are benchmarks/cpu.py's. Our C++ kernels mark themselves with record_function while
+Workloads are benchmarks/cpu.py's, or SUITE:NAME, a model of benchmarks/models.py's suites
+(random weights, eval, batch 2, 64x64 images or their fixed size, --seq tokens).
+--torch-compile adds torch.compile's rows (its kernels are named `cpp_fused_*` too). Our C++ kernels mark themselves with record_function while
 a profiler runs (compiler/codegen/cpp.py), so they appear under their own names; aten calls
 of our wrapper (convolution, the copy of `ensure_layout`, allocations) appear as aten ops.
 Rows are top-level events only (a convolution's inner mkldnn call is inside its row), totals
@@ -14,6 +17,7 @@ kernels, C++ reduction kernels, each aten op).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -24,29 +28,60 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.cpu import compile_ours, make_workload
+from benchmarks.model_suites import disable_randomness, make_inputs, suite_specs
 
 
 def _family(name: str) -> str:
     if name.startswith("cpp_red_"):
         return "C++ reduction kernels"
     if name.startswith("cpp_"):
-        return "C++ pointwise kernels"
+        return "C++ pointwise kernels"  # torch.compile's: pointwise and reductions
     return name
 
 
+# torch.compile's wrappers around its graph: their children are the rows.
+_WRAPPERS = (
+    "Torch-Compiled Region",
+    "## Call CompiledFxGraph",
+    "TorchDynamo Cache Lookup",
+    "Pregraph bytecode",
+    "AOTDispatcher",
+    "CompiledFunction",
+)
+
+
+def _wrapper(ev) -> bool:
+    return ev.name.startswith(_WRAPPERS)
+
+
+def _top(ev) -> bool:
+    """Not a wrapper, and nothing but wrappers above it."""
+    if _wrapper(ev):
+        return False
+    parent = ev.cpu_parent
+    while parent is not None:
+        if not _wrapper(parent):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
 def top_level(fn, inputs, calls: int) -> dict[str, tuple[float, int]]:
-    """name -> (microseconds per call, events per call) of events with no parent event."""
+    """name -> (microseconds per call, events per call) of events with no parent event
+    (torch.compile's wrappers aside), from each name's median event."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
             fn(*inputs)
-    rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    times: dict[str, list[float]] = defaultdict(list)
     for ev in prof.events():
-        if ev.cpu_parent is not None:
-            continue
-        row = rows[ev.name]
-        row[0] += ev.cpu_time_total / calls
-        row[1] += 1 / calls
-    return {k: (v[0], round(v[1])) for k, v in rows.items()}
+        if _top(ev):
+            times[ev.name].append(ev.cpu_time_total)
+    # The median event times its count per call: a process of another user taking the core
+    # for a while inflates one event, not the row (this machine is shared).
+    return {
+        name: (statistics.median(ts) * len(ts) / calls, round(len(ts) / calls))
+        for name, ts in times.items()
+    }
 
 
 def _print(title: str, rows: dict[str, tuple[float, int]], top: int) -> None:
@@ -64,22 +99,41 @@ def _print(title: str, rows: dict[str, tuple[float, int]], top: int) -> None:
         print(f"| {name[:90]} | {us / 1e3:.3f} | {n} |")
 
 
+def _workload(name: str, seq: int):
+    if ":" not in name:
+        return make_workload(name)
+    suite, model_name = name.split(":", 1)
+    spec = next(s for s in suite_specs(suite) if s.name == model_name)
+    torch.manual_seed(0)
+    model = spec.build().eval()
+    disable_randomness(model)
+    return model, make_inputs(spec, 2, 64, seq, "cpu", torch.float32)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workload")
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--seq", type=int, default=32, help="suite text models' length")
+    parser.add_argument("--torch-compile", action="store_true")
     args = parser.parse_args()
-    fn, inputs = make_workload(args.workload)
+    fn, inputs = _workload(args.workload, args.seq)
+    runners = {"eager": fn, "ours": compile_ours(fn)[0]}
+    if args.torch_compile:
+        from torch._inductor import config as inductor_config
+
+        # Its C++ kernels then mark themselves with record_function, as ours do.
+        inductor_config.cpp.enable_kernel_profile = True
+        runners["torch.compile"] = torch.compile(fn)
     with torch.no_grad():
-        ours, _ = compile_ours(fn)
-        for f in (fn, ours, fn, ours):  # compile and warm up
-            f(*inputs)
-        eager_rows = top_level(fn, inputs, args.calls)
-        ours_rows = top_level(ours, inputs, args.calls)
+        for _ in range(2):  # compile and warm up
+            for f in runners.values():
+                f(*inputs)
+        rows = {name: top_level(f, inputs, args.calls) for name, f in runners.items()}
     print(f"# {args.workload}: {torch.get_num_threads()} threads, {args.calls} calls each")
-    _print("eager", eager_rows, args.top)
-    _print("ours", ours_rows, args.top)
+    for name, r in rows.items():
+        _print(name, r, args.top)
 
 
 if __name__ == "__main__":

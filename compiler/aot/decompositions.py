@@ -11,7 +11,6 @@ lowering intact.
 from __future__ import annotations
 
 import functools
-import math
 import struct
 
 import torch
@@ -62,17 +61,16 @@ KEEP = [
     aten.convolution,
     aten._scaled_dot_product_flash_attention,
     aten._scaled_dot_product_efficient_attention,
+    # The CPU attention eager's scaled_dot_product_attention picked: one pass over each
+    # block of keys (online softmax), where its decomposition writes the scores out, reads
+    # them three times and recomputes every exp (wav2vec2 at 199 frames: 2.7 ms per layer
+    # against 0.7 ms).
+    aten._scaled_dot_product_flash_attention_for_cpu,
     aten.amax,
     aten.amin,
     aten.any,
     aten.prod,
 ]
-
-
-# Kept whole in training graphs only: their decompositions are right for the forward alone.
-# The CPU flash attention's returns the attention weights where its backward reads the
-# log-sum-exp.
-KEEP_FOR_TRAINING = [aten._scaled_dot_product_flash_attention_for_cpu]
 
 
 # Ours in place of torch's, falling back to them outside the cases they cover.
@@ -83,19 +81,12 @@ LEAN = {
 
 
 @functools.lru_cache(maxsize=None)
-def _all_decompositions() -> dict:
-    # Collecting torch's composite ops takes ~0.1-0.5 s: once for both kinds of graph.
+def decomposition_table() -> dict:
+    """OpOverload -> Python decomposition, built once (collecting torch's composite ops
+    takes ~0.1-0.5 s)."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
-    return table
-
-
-@functools.lru_cache(maxsize=None)
-def decomposition_table(training: bool = False) -> dict:
-    """OpOverload -> Python decomposition, built once (per kind of graph)."""
-    table = _all_decompositions()
-    kept = KEEP + KEEP_FOR_TRAINING if training else KEEP
-    keep = {op for packet in kept for op in (getattr(packet, o) for o in packet.overloads())}
+    keep = {op for packet in KEEP for op in (getattr(packet, o) for o in packet.overloads())}
     table = {op: fn for op, fn in table.items() if op not in keep}
     table[aten.lerp.Scalar] = functools.partial(_lerp_scalar, table[aten.lerp.Scalar])
     for op, ours in LEAN.items():
@@ -105,9 +96,6 @@ def decomposition_table(training: bool = False) -> dict:
             op = getattr(packet, name)
             if op in table:
                 table[op] = functools.partial(ours, table[op])
-    flash = aten._scaled_dot_product_flash_attention_for_cpu.default
-    if flash in table:  # inference graphs (training keeps the op whole)
-        table[flash] = functools.partial(_flash_attention_for_cpu, table[flash])
     for op in list(table):
         functional = out_of_place(op)
         if functional is not None:
@@ -149,36 +137,6 @@ def _lerp_scalar(general, start: torch.Tensor, end: torch.Tensor, weight: float)
     coeff = _rounded(w - 1, start.dtype) if far else w
     diff = aten.sub.Tensor(end, start)
     return aten.add.Tensor(aten.mul.Tensor(diff, coeff), end if far else start)
-
-
-def _flash_attention_for_cpu(
-    general,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    attn_mask: torch.Tensor | None = None,
-    scale: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch's decomposition, whose second output is the attention weights (N, H, L, S)
-    where the op returns the log-sum-exp of each row of scaled scores (N, H, L), in float32
-    for half-precision inputs: that output computed here (dead code, removed, where nothing
-    reads it, as in F.scaled_dot_product_attention)."""
-    output, _ = general(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
-    acc = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    scale = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
-    if key.size(1) != query.size(1):  # grouped-query attention: heads share keys
-        key = key.repeat_interleave(query.size(1) // key.size(1), dim=1)
-    scores = torch.matmul(query.to(acc), key.to(acc).transpose(-2, -1)) * scale
-    length, source = scores.size(-2), scores.size(-1)
-    if is_causal:
-        keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, -math.inf)
-    if attn_mask is not None:  # additive: the op refuses boolean masks
-        scores = scores + attn_mask.to(acc)
-    return output, torch.logsumexp(scores, dim=-1)
 
 
 # The float type eager's integer linspace and logspace kernels step in, per device type:

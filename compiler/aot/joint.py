@@ -94,7 +94,7 @@ def trace_joint(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> Joi
         if o.differentiable
     ]
     lines = {n.name: line for n in gm.graph.nodes if (line := source_line_of(n)) is not None}
-    table = decomposition_table(training=True)
+    table = decomposition_table()
     joint = _trace_autograd(gm, list(inputs), tangents, outputs, requires_grad, table)
     _name_placeholders(joint, gm, len(tangents))  # before remove_mutations regenerates code
     functional = remove_mutations(joint, table)

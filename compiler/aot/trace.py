@@ -90,7 +90,7 @@ def trace_forward(
     for node in gm.graph.nodes:
         node.meta.setdefault("compiler_origin", node.name)
 
-    table = decomposition_table(training)
+    table = decomposition_table()
     aten_gm = None
     if rename_mutations:
         # an optimizer step: one trace per kind of parameter (compiler/aot/replay.py)

@@ -377,7 +377,7 @@ class _Compiled:
         # SMs), which splits long reductions with few outputs; C++ never splits.
         return fuse(
             graph,
-            materialise_broadcasts=emitter.materialise_broadcasts,
+            materialise_recomputed=emitter.materialise_recomputed,
             processors=emitter.processors(device),
             device=device,
         )

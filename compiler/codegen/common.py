@@ -74,8 +74,9 @@ class KernelEmitter:
     # Variances in one Welford pass (Triton); C++ keeps two passes in one kernel, whose
     # loops vectorise with OpenMP `simd reduction(+)` clauses a Welford state cannot use.
     welford: bool = True
-    # Broadcast operands written out as buffers before the kernels that read them (C++).
-    materialise_broadcasts: bool = False
+    # Values that consumers would recompute many times over written out as buffers before
+    # the kernels that read them (C++; compiler/scheduler/fusion.py's inline).
+    materialise_recomputed: bool = False
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
         """Generate the kernel of one fused group."""

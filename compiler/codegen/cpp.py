@@ -666,7 +666,7 @@ class CppEmitter(KernelEmitter):
 
     language = "cpp"
     welford = False  # two passes in one kernel: see KernelEmitter.welford
-    materialise_broadcasts = True
+    materialise_recomputed = True
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
         generic = size_args.generic_kernels()

@@ -13,6 +13,7 @@ Operators: `i * 4 + j`, `i // 2`, `i % 3` (integer operands only).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Union
 
@@ -202,6 +203,10 @@ class Index(CachedHash):
             # (a loop over H*W split again by loop fusion folds back into one variable)
             inner = r.terms[0][0]
             return q + (Index.of(inner.base) // d) % (inner.modulus // d)
+        split = _common_factor(r, d)
+        if split is not None:
+            g, whole, _ = split
+            return q + whole // (d // g)
         return q + Index.of(FloorDiv(r, d))
 
     def __mod__(self, m: int) -> "Index":
@@ -228,6 +233,10 @@ class Index(CachedHash):
             inner = r.terms[0][0]
             if inner.modulus % m == 0:
                 return Index.of(inner.base) % m
+        split = _common_factor(r, m)
+        if split is not None:
+            g, whole, small = split
+            return (whole % (m // g)) * g + small
         return Index.of(Mod(r, m))
 
     # ---- queries --------------------------------------------------------------------------
@@ -298,6 +307,23 @@ def render(index: Index, name: Callable[[Var], str] = str) -> str:
         parts.append(("- " if index.const < 0 else "+ ") + str(abs(index.const)))
     text = " ".join(parts)
     return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def _common_factor(e: Index, d: int) -> tuple[int, Index, Index] | None:
+    """(g, q, s) with `e == g*q + s`, g > 1 a divisor of d, `0 <= s < g` and q >= 0, when
+    there are such: then `e // d == q // (d/g)` and `e % d == g*(q % (d/g)) + s`. A window
+    or head split of a flat position (`(r + 48*x) // 2688` with r < 48, Swin's window
+    reverse) becomes `x // 56`, free of the inner loop variable, where the division per
+    element kept the loop from vectorising."""
+    for g in sorted({math.gcd(c, d) for _, c in e.terms} - {1}, reverse=True):
+        whole = {a: c // g for a, c in e.terms if c % g == 0}
+        small = {a: c for a, c in e.terms if c % g != 0}
+        qc, sc = divmod(e.const, g)
+        s, q = Index._build(small, sc), Index._build(whole, qc)
+        lo, hi = s.bounds()
+        if whole and lo >= 0 and hi < g and q.bounds()[0] >= 0:
+            return g, q, s
+    return None
 
 
 def _recombine(coeffs: dict[Atom, int]) -> int:

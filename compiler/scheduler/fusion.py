@@ -6,8 +6,10 @@ Four passes, and between the first two one more for GPUs:
    extern argument, not a gather table) is substituted into its consumers' bodies, so chains
    of pointwise ops, and pointwise prologues of reductions, become one expression. Nodes
    whose body is large and read by several consumers stay materialised instead of being
-   recomputed, and for CPU kernels so do small costly values that consumers broadcast (a
-   per-channel rsqrt read per pixel).
+   recomputed, and for CPU kernels so do small bodies that consumers would recompute many
+   times over: costly values broadcast or read by many (a per-channel rsqrt read per
+   pixel, rotary embeddings' cos and sin read by every layer's query and key) and values
+   read by several consumers that gather or load several buffers (a residual stream).
    split — for targets that give their processor count (GPUs), a reduction with few outputs
    and long rows becomes two stages, partials per chunk then per output, so it fills the
    device (compiler/scheduler/split.py).
@@ -65,10 +67,17 @@ from compiler.scheduler.split import split_reductions
 
 INLINE_ALWAYS_OPS = 8  # bodies this small are recomputed in every consumer
 INLINE_MAX_OPS = 160  # larger bodies are materialised rather than recomputed by consumers
-# A node with a costly operation whose every consumer iterates over this many times more
-# points (inference batch norm's rsqrt(var + eps) per channel, read per pixel) is computed
-# once into its small buffer rather than per consumer point.
+# A node with a costly operation whose consumers together iterate over this many times more
+# points (inference batch norm's rsqrt(var + eps) per channel, read per pixel; a decoder's
+# rotary cos and sin, read by the query and key of every layer and head) is computed once
+# into its buffer rather than per consumer point.
 BROADCAST_MATERIALISE = 8
+# A node read by several consumers whose body loads more buffers than this, or gathers, is
+# materialised: every consumer would load them all again, and a reduction consumer once per
+# pass over its row. A transformer's residual stream, each layer's output added to the
+# embedding, was otherwise re-added from every layer's output by each later norm (a 4-layer
+# decoder's last RMSNorm loaded 5 buffers and the embedding table, twice per row).
+REREAD_MAX_BUFFERS = 3
 COSTLY_OPS = frozenset(
     {
         "truediv", "floordiv", "remainder", "fmod", "pow", "sqrt", "rsqrt", "reciprocal",
@@ -105,7 +114,7 @@ def _required(graph: Graph) -> set[str]:
 
 
 def inline(
-    graph: Graph, materialise_broadcasts: bool = False
+    graph: Graph, materialise_recomputed: bool = False
 ) -> tuple[list[Node], dict[str, dict[str, None]], dict[str, dict[str, None]]]:
     """The nodes that remain after substituting inlinable pointwise nodes into consumers
     (their bodies then read only materialised buffers), and for each node the aten node
@@ -114,21 +123,20 @@ def inline(
 
     A producer is inlinable when it is not required in memory, its own (already inlined)
     body is at most INLINE_MAX_OPS ops, it is cheap or read by one consumer, and (with
-    `materialise_broadcasts`, for CPUs, where a GPU would rather save the launch) it is not
-    a costly value broadcast into much larger consumers (BROADCAST_MATERIALISE); a
+    `materialise_recomputed`, for CPUs, where a GPU would rather save the launch) it is not
+    a costly value its consumers would compute many times over (BROADCAST_MATERIALISE), nor
+    one that several consumers would reload from many buffers (REREAD_MAX_BUFFERS); a
     materialised node cuts the chain, so bodies cannot grow without bound."""
     need = required_buffers(graph)
-    # Values computed from a reduction (layer norm's rsqrt(var + eps)) stay inlined: they
-    # are computed once per row in the reduction's own kernel anyway.
     reduced = {n.name for n in graph.nodes if isinstance(n, Reduction)}
     readers: dict[str, int] = {}
-    smallest_reader: dict[str, int] = {}  # points of the smallest loop nest reading a buffer
+    reader_points: dict[str, int] = {}  # points of the loop nests reading a buffer, summed
     for n in graph.nodes:
         if not isinstance(n, ExternKernel):
             points = _numel(n.input_size if isinstance(n, Reduction) else n.size)
             for buf in {ld.buf for ld in loads(n.body)}:
                 readers[buf] = readers.get(buf, 0) + 1
-                smallest_reader[buf] = min(smallest_reader.get(buf, points), points)
+                reader_points[buf] = reader_points.get(buf, 0) + points
     bodies: dict[str, tuple[tuple[str, ...], Value]] = {}
     names: dict[str, dict[str, None]] = {}
     origins: dict[str, dict[str, None]] = {}
@@ -147,25 +155,37 @@ def inline(
         n = _with_body(n, inline_loads(n.body, bodies) if inlined else n.body)
         ops = op_count(n.body)
         cheap = ops <= INLINE_ALWAYS_OPS or readers.get(n.name, 0) <= 1
-        broadcast = (
-            materialise_broadcasts
-            and isinstance(n, Pointwise)
-            and smallest_reader.get(n.name, 0) >= BROADCAST_MATERIALISE * max(_numel(n.size), 1)
-            and any(isinstance(v, Op) and v.op in COSTLY_OPS for v in iter_values(n.body))
-            and not any(ld.buf in reduced for ld in loads(n.body))
-        )
         if (
             isinstance(n, Pointwise)
             and n.name not in need
             and cheap
             and ops <= INLINE_MAX_OPS
-            and not broadcast
+            and not (materialise_recomputed and _recomputed(n, readers, reader_points, reduced))
         ):
             bodies[n.name] = (tuple(v.name for v in n.vars), n.body)
             inlined_nodes[n.name] = n
         else:
             kept.append(n)
     return kept, names, origins
+
+
+def _recomputed(
+    n: Pointwise, readers: dict[str, int], reader_points: dict[str, int], reduced: set[str]
+) -> bool:
+    """Whether inlining `n` would make its consumers recompute it many times over (values
+    computed from a reduction aside: layer norm's rsqrt(var + eps) is computed once per row
+    in the reduction's own kernel anyway)."""
+    body_loads = loads(n.body)
+    if readers.get(n.name, 0) > 1 and (
+        len({ld.buf for ld in body_loads}) > REREAD_MAX_BUFFERS
+        or any(not isinstance(i, Index) for ld in body_loads for i in ld.indices)
+    ):
+        return True
+    return (
+        reader_points.get(n.name, 0) >= BROADCAST_MATERIALISE * max(_numel(n.size), 1)
+        and any(isinstance(v, Op) and v.op in COSTLY_OPS for v in iter_values(n.body))
+        and not any(ld.buf in reduced for ld in body_loads)
+    )
 
 
 def _numel(size: tuple[int, ...]) -> int:
@@ -346,15 +366,15 @@ def _extern_deps(node: ExternKernel) -> set[str]:
 
 def schedule(
     graph: Graph,
-    materialise_broadcasts: bool = False,
+    materialise_recomputed: bool = False,
     processors: int | None = None,
     device: torch.device | None = None,
 ) -> Schedule:
-    """Fuse `graph` into launches (see `inline` for `materialise_broadcasts`). `processors`:
+    """Fuse `graph` into launches (see `inline` for `materialise_recomputed`). `processors`:
     how many the target runs at once (a GPU's SMs), for splitting reductions with few
     outputs into two stages (compiler/scheduler/split.py); None never splits. `device`:
     the device the kernels are generated for (checked: `check_devices`)."""
-    nodes, names, origins = inline(graph, materialise_broadcasts)
+    nodes, names, origins = inline(graph, materialise_recomputed)
     split = split_reductions(nodes, names, origins, required_buffers(graph), processors)
     names, origins = split.names, split.origins
     launches = group(split.nodes)

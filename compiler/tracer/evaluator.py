@@ -77,6 +77,9 @@ class Entry:
     # its start (a graph break inside a traced `with torch.autocast(...)` block): the
     # compiled code runs no Python, so the state is applied after it.
     end_autocast: dict | None = None
+    # The attributes the entry writes back, by source (`L['self'].calls`): a guard of its own
+    # on one of them fails on the next call (see _invalidates_itself).
+    written: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -87,6 +90,8 @@ class CodeState:
     count: int = 0
     native: str | None = None  # why this function always runs natively
     limit_warned: bool = False
+    # per entry point: recompiles forced by an entry's own attribute writes
+    self_invalidated: dict[int, int] = field(default_factory=dict)
     # per entry point: tensor sizes seen at its compiles, for automatic dynamic (shapes.py)
     sizes_seen: dict[int, dict[str, tuple]] = field(default_factory=dict)
 
@@ -412,10 +417,14 @@ def _compile_entry(
         return None
     existing = state.entries.get(pc, [])
     recompile_reason = None
+    if state.self_invalidated.get(pc, 0) >= SELF_INVALIDATED_LIMIT:
+        return None
     if existing:
         failed = existing[-1].guards.failures(L, frame.globals)
         recompile_reason = existing[-1].guards.describe(failed, L, frame.globals)
         if not _recompile_allowed(state, frame, recompile_reason):
+            return None
+        if _invalidates_itself(state, frame, existing[-1], failed, recompile_reason):
             return None
     limit = config.cache_size_limit
     if len(existing) >= limit:
@@ -463,6 +472,37 @@ def _compile_entry(
     _log_entry(entry.record)
     records.notify(record)
     return entry
+
+
+# Recompiles of one entry point that its own entries' attribute writes forced, after which
+# it runs eagerly there: the first is a value settling (Swin sets its window size once),
+# a second one a value the frame changes on every call (`self.calls += 1`), which would
+# otherwise recompile on every call until config.cache_size_limit.
+SELF_INVALIDATED_LIMIT = 2
+
+
+def _invalidates_itself(
+    state: CodeState, frame: RealFrame, last: Entry, failed: list, reason: str
+) -> bool:
+    """Whether this recompile is forced by `last`'s own writes, once too often: then the
+    entry point runs eagerly from now on, with a warning naming the guard."""
+    pc = frame.pc
+    if not {g.source for g in failed} & last.written:
+        return False
+    count = state.self_invalidated[pc] = state.self_invalidated.get(pc, 0) + 1
+    if count < SELF_INVALIDATED_LIMIT:
+        return False
+    msg = (
+        f"{state.record.qualname} changes a value its own guards check on every call "
+        f"(line {_line_of(state, pc)}: {reason}); it now runs eagerly there rather than "
+        "recompile each call"
+    )
+    state.record.warnings.append(msg)
+    warnings.warn(msg, CompilerWarning, stacklevel=5)
+    if pc == state.code.start and not frame.stack:
+        state.native = "its entries change what their own guards check"
+    records.notify(state.record)
+    return True
 
 
 def _recompile_allowed(state: CodeState, frame: RealFrame, reason: str) -> bool:
@@ -638,6 +678,9 @@ def _build_entry(
         rerun,
         kw_names,
         end_autocast or None,
+        frozenset(
+            f"{w.obj.source}.{name}" for w in attr_writes if w.obj.source for name in w.values
+        ),
     )
 
 

@@ -72,7 +72,7 @@ NATIVE_BN_BACKWARD = torch.ops.aten.native_batch_norm_backward.default
 def test_batch_norm_matches_the_reference(shape, training, affine, dtype):
     """Ours (compiler/aot/batch_norm.py) against torch._decomp's, which it falls back to:
     the same values bit for bit, the same layouts, the same running statistics written."""
-    forward, backward = (decomposition_table(True)[op] for op in (NATIVE_BN, NATIVE_BN_BACKWARD))
+    forward, backward = (decomposition_table()[op] for op in (NATIVE_BN, NATIVE_BN_BACKWARD))
     channels = shape[1]
     x = torch.randn(shape, dtype=dtype).contiguous(
         memory_format=torch.channels_last if len(shape) == 4 else torch.contiguous_format

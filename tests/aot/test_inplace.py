@@ -126,7 +126,7 @@ def test_in_place_ops_whose_out_of_place_form_decomposes_are_left_to_functionali
         return y
 
     x = torch.randn(4, 3)
-    table = decomposition_table(training=True)
+    table = decomposition_table()
     assert aten.clamp_min.default in table and aten.clamp_min_.default not in table
     assert remove_mutations(_graph(fn, x), table) is None
     assert remove_mutations(_graph(fn, x)) is not None  # without a table it is a renaming

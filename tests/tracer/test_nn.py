@@ -1,6 +1,8 @@
 """torch.nn.functional calls and nn.Module forward calls: nested containers, buffers,
 parameters, the training flag, BatchNorm updating its running statistics."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -336,3 +338,91 @@ class ChildrenLoop(nn.Module):
 
 def test_module_children_and_named_children():
     check_module(ChildrenLoop, T(3, 8), graphs=1, breaks=0)
+
+
+class SetsItsWindow(nn.Module):
+    """Swin's layers: forward sets plain attributes from the input's size, then reads them."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.window, self.shift = 7, 3
+
+    def forward(self, x):
+        if x.shape[1] <= self.window:
+            self.shift = 0
+            self.window = (x.shape[1], x.shape[1])[0]
+        return torch.roll(self.lin(x), self.shift, 1) * self.window
+
+
+class ReplacesSetattr(SetsItsWindow):
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+
+
+@pytest.mark.parametrize("cls", [SetsItsWindow, ReplacesSetattr])
+def test_module_sets_plain_attributes_in_forward(cls):
+    """`self.shift = 0` in forward is written after the graph as eager writes it, and the
+    rest of the trace reads the new value: one graph, where it broke before (Swin: 9
+    graphs). A class with its own __setattr__ runs it in Python."""
+    eager = cls()
+    mod = copy.deepcopy(eager)
+    compiled = compiler.compile(mod, backend=RecordingBackend())
+    for n in (9, 4, 4, 9):
+        x = torch.randn(2, n, 8)
+        assert_same(eager(x), compiled(x), f"length {n}")
+        assert (mod.window, mod.shift) == (eager.window, eager.shift)
+    entries = [e for f in compiler.inspect(compiled).functions for e in f.entries]
+    breaks = [e.graph_break for e in entries if e.graph_break is not None]
+    assert (not breaks) if cls is SetsItsWindow else breaks
+
+
+def test_module_attribute_writes_keep_parameters_buffers_and_submodules():
+    """nn.Module.__setattr__ registers parameters, buffers and submodules: those names are
+    not written as plain attributes."""
+
+    class SetsBuffer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros(()))
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.lin = self.lin  # a submodule: nn.Module.__setattr__'s own path
+            return self.lin(x) + self.steps
+
+    eager = SetsBuffer()
+    compiled = compiler.compile(copy.deepcopy(eager))
+    x = torch.randn(2, 4)
+    assert_same(eager(x), compiled(x), "out")
+
+
+class CountsCalls(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        return self.lin(x) * self.calls
+
+
+def test_a_frame_changing_what_its_own_guards_check_runs_eagerly_early():
+    """`self.calls += 1` in forward: each entry's write makes its own guard fail on the
+    next call. The second such recompile gives up on the frame, which runs eagerly from
+    then on with a CompilerWarning naming the guard, where it recompiled on every call
+    until config.cache_size_limit (8 compiles: on a real model, seconds each)."""
+    eager = CountsCalls()
+    mod = copy.deepcopy(eager)
+    backend = RecordingBackend()
+    compiled = compiler.compile(mod, backend=backend)
+    with pytest.warns(compiler.CompilerWarning, match=r"L\['self'\]\.calls"):
+        for _ in range(12):
+            x = torch.randn(2, 8)
+            assert_same(eager(x), compiled(x), "out")
+            assert mod.calls == eager.calls
+    (forward,) = [
+        f for f in compiler.inspect(compiled).functions if f.qualname == "CountsCalls.forward"
+    ]
+    assert len(forward.entries) == 2  # the Linear it calls is compiled on its own after

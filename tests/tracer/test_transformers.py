@@ -198,3 +198,81 @@ def test_new_sequence_lengths_share_one_dynamic_graph(name):
             _assert_same_output(eager(ids), compiled(ids))
     entries = [e for f in compiler.inspect(compiled).functions for e in f.entries]
     assert len(entries) == 2 and all(e.graph_break is None for e in entries)
+
+
+# The kinds of model issue 30's held-out set broke on: BLOOM's ALiBi bias built in forward
+# from the padded attention mask (its slopes from math.log2 and powers, arange, cumsum,
+# masked_fill), wav2vec2's and HuBERT's convolutional feature encoder with a padded
+# waveform's mask, and Swin's layers, which set their shift and window sizes in forward.
+def _bloom():
+    config = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4)
+    return transformers.BloomModel(config)
+
+
+def _padded_ids() -> dict:
+    mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    mask[1, SEQ - 5 :] = 0
+    return {"input_ids": _ids(), "attention_mask": mask}
+
+
+_AUDIO = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "conv_dim": (16, 16, 16),
+    "conv_stride": (5, 2, 2),
+    "conv_kernel": (10, 3, 3),
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 4,
+}
+
+
+def _wav2vec2():
+    return transformers.Wav2Vec2Model(
+        transformers.Wav2Vec2Config(feat_extract_norm="layer", do_stable_layer_norm=True, **_AUDIO)
+    )
+
+
+def _hubert():
+    return transformers.HubertModel(transformers.HubertConfig(**_AUDIO))
+
+
+def _padded_waveform() -> dict:
+    wave = torch.randn(BATCH, 1600)
+    mask = torch.ones(BATCH, 1600, dtype=torch.long)
+    wave[1, 1200:], mask[1, 1200:] = 0.0, 0
+    return {"input_values": wave, "attention_mask": mask}
+
+
+def _swin():
+    config = transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=(2, 2), num_heads=(2, 4), window_size=4
+    )
+    return transformers.SwinModel(config)
+
+
+BROKE: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], dict]]] = {
+    "bloom": (_bloom, _padded_ids),
+    "wav2vec2": (_wav2vec2, _padded_waveform),
+    "hubert": (_hubert, _padded_waveform),
+    "swin": (_swin, lambda: {"pixel_values": torch.randn(BATCH, 3, 32, 32)}),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+@pytest.mark.parametrize("name", list(BROKE))
+def test_models_that_broke_are_one_graph(name, backend):
+    make, inputs = BROKE[name]
+    torch.manual_seed(0)
+    eager = make().eval()
+    with torch.no_grad():
+        explained = compiler.explain(copy.deepcopy(eager))(**inputs())
+        reasons = [b.reason for b in explained.break_reasons]
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), reasons
+        compiler.reset()
+        compiled = compiler.compile(copy.deepcopy(eager), backend=backend)
+        for _ in range(2):
+            kwargs = inputs()
+            _assert_same_output(eager(**kwargs), compiled(**kwargs))
+    assert _graphs(compiled) == 1

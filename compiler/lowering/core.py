@@ -375,6 +375,7 @@ class LoweringContext:
                 )
                 + "; outputs keep eager's strides"
             )
+        self._placeholder_vals = [ph.meta.get("val") for ph in placeholders]
         for pos, (ph, t) in enumerate(zip(placeholders, example_inputs)):
             if not isinstance(t, torch.Tensor):
                 raise LoweringError(f"non-tensor graph input {type(t).__name__}")
@@ -427,6 +428,15 @@ class LoweringContext:
         out, and the backward, compiled for the tensors it gets, reads them so."""
         val = node.meta.get("val")
         arg = self.realize(tv)
+        if not internal and self._returns_held_memory(arg, val):
+            # a clone (or contiguous copy) of an input or a constant lowers to that buffer
+            # itself: returned so, the caller would get the input tensor (writes to the
+            # result would change it) or the graph's constant, where eager gives new memory
+            self.current = node
+            layout = Layout(tv.size, tuple(val.stride()), tv.dtype, self.device) if _dense(
+                val
+            ) else None
+            arg = self.realize(self.pointwise(tv.size, tv.dtype, tv.load, layout=layout))
         if (
             not internal
             and arg.layout.device == self.device
@@ -440,6 +450,23 @@ class LoweringContext:
             layout = Layout(tv.size, tuple(val.stride()), tv.dtype, self.device)
             arg = self.realize(self.pointwise(tv.size, tv.dtype, tv.load, layout=layout))
         return arg
+
+    def _returns_held_memory(self, arg: TensorArg, val: Any) -> bool:
+        """A user-visible output `arg` lies in an input's or a constant's buffer while eager's
+        result (`val`) is new memory, not a view of that input. A backward's gradients may
+        be its inputs, as eager's autograd passes a gradient on unchanged."""
+        if self.aot.gradients_out or not isinstance(val, torch.Tensor):
+            return False
+        if any(c.name == arg.buf for c in self.constants):
+            return True
+        held = next((b for b in self.inputs if b.name == arg.buf), None)
+        if held is None:
+            return False
+        placeholder = self._placeholder_vals[held.position]
+        return not (
+            isinstance(placeholder, torch.Tensor)
+            and placeholder.untyped_storage()._cdata == val.untyped_storage()._cdata
+        )
 
     def lower_node(self, node: torch.fx.Node, env: dict[str, Any]) -> Any:
         def value(a: Any) -> Any:

@@ -74,7 +74,7 @@ def _relation(t, inputs, earlier) -> tuple:
         if t.untyped_storage().data_ptr() == a.untyped_storage().data_ptr():
             base = "input's base" if t._base is not None and t._base is a._base else None
             base = (
-                f"input {inputs.index(t._base)}"
+                f"input {next(k for k, b in enumerate(inputs) if b is t._base)}"
                 if t._base is not None and any(t._base is b for b in inputs)
                 else base
             )
@@ -162,6 +162,13 @@ CASES = {
     # the structure too: a torch.return_types structseq (compile_fx once returned a tuple)
     "structseq": (lambda x: torch.topk(x, 2), lambda: (torch.randn(4, 3),)),
     "structseq_of_input_view": (lambda x: torch.aminmax(x.t()[0]), lambda: (torch.randn(4, 3),)),
+    # copies of an input are new memory, though a clone lowers to the input's own buffer
+    "clone": (lambda x: x.clone(), lambda: (torch.randn(4, 3),)),
+    "copies_beside_views": (
+        lambda x, y: (x.contiguous().clone(), x[:].clone(), y.clone(), y[1:], y.detach().clone()),
+        lambda: (torch.randn(4, 3), torch.randn(4, 3)),
+    ),
+    "contiguous_copy_of_a_transpose": (lambda x: x.t().contiguous(), lambda: (torch.randn(4, 3),)),
 }
 
 
@@ -215,6 +222,23 @@ def test_training_graphs(path):
     w.grad = None
     expected[2].backward()
     torch.testing.assert_close(grad, w.grad)
+
+
+@pytest.mark.parametrize("path", ["tracer", "aot_eager"])
+def test_training_graphs_return_clones_of_inputs_in_new_memory(path):
+    def fn(x, w):
+        return x.clone(), w.clone(), (x * w).sum()
+
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(4, 3)
+    a, b, loss = PATHS[path](fn)(x, w)
+    assert a.data_ptr() != x.data_ptr() and b.data_ptr() != w.data_ptr()
+    a.add_(1)  # the caller's writes to a copy leave the inputs as they were
+    with torch.no_grad():
+        b.add_(1)
+    torch.testing.assert_close(a, x + 1)
+    torch.testing.assert_close(b, w.detach() + 1)
+    assert b.requires_grad and b.grad_fn is not None
 
 
 def test_a_wrong_description_runs_eagerly_instead(monkeypatch):

@@ -53,15 +53,20 @@ if INTERPRET:
         return apply
 
     def _binary(fn):
+        # either operand may be a number, a constant of the kernel (`th.pow(10.0, x)`),
+        # taken in the other operand's dtype as Triton does
         def apply(x, y):
-            x, y = tl.broadcast(x, y) if isinstance(y, tl.tensor) else (x, y)
-            yd = (
-                y.handle.data
-                if isinstance(y, tl.tensor)
-                else np.asarray(y, dtype=x.handle.data.dtype)
-            )
+            if isinstance(x, tl.tensor) and isinstance(y, tl.tensor):
+                x, y = tl.broadcast(x, y)
+            like = x if isinstance(x, tl.tensor) else y
+
+            def data(v):
+                if isinstance(v, tl.tensor):
+                    return v.handle.data
+                return np.asarray(v, dtype=like.handle.data.dtype)
+
             with np.errstate(all="ignore"):
-                return _wrap(fn(x.handle.data, yd), x)
+                return _wrap(fn(data(x), data(y)), like)
 
         return apply
 

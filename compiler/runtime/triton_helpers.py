@@ -15,6 +15,8 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# what an out-of-range gather index raises (the C++ kernels' launcher says the same)
+INDEX_ERROR = "index out of range in a gather of a compiled kernel"
 
 _UNARY = {
     "tanh": np.tanh,
@@ -88,6 +90,11 @@ if INTERPRET:
         )
     )
     atan2, pow, fmod, copysign = (_binary(_BINARY[n]) for n in ("atan2", "pow", "fmod", "copysign"))
+
+    def check_index(ok) -> None:
+        """The interpreter's device assert: an index outside its dimension raises here."""
+        if not np.all(ok.handle.data if isinstance(ok, tl.tensor) else ok):
+            raise IndexError(INDEX_ERROR)
 else:
     from triton.language.extra import libdevice
 
@@ -156,6 +163,12 @@ else:
     @triton.jit
     def copysign(x, y):
         return libdevice.copysign(x, y)
+
+    @triton.jit
+    def check_index(ok):
+        # eager's CUDA gathers make the same device-side assert; compiled in only in
+        # Triton's debug mode, which kernels calling this are compiled in
+        tl.device_assert(ok, "index out of bounds")
 
 
 # ---- correctly rounded float32 arithmetic, as eager's CUDA kernels compute it -------------

@@ -294,6 +294,8 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     )
     if settings.emulate_precision_casts:  # eager rounds between a multiply and an add
         config["fp_fusion"] = False
+    if w.checks_indices:  # Triton compiles device-side asserts in its debug mode only
+        config["debug"] = True
     args = ", ".join(w.args)
     nbytes = sum(
         schedule.buffers[b].storage_size() * schedule.buffers[b].dtype.itemsize for b in w.args

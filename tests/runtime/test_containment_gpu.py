@@ -24,7 +24,16 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-STAGES = ["tracing", "aot", "lowering", "scheduling", "wrapper", "triton compile", "triton launch"]
+STAGES = [
+    "tracing",
+    "aot",
+    "lowering",
+    "scheduling",
+    "codegen",
+    "wrapper",
+    "triton compile",
+    "triton launch",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +47,7 @@ def fresh(monkeypatch, tmp_path):
 
 def _inject(stage: str, monkeypatch, tmp_path, marker: str) -> None:
     if stage == "triton compile":  # on CUDA the kernels are compiled by load_kernel
+
         def broken(*args, **kwargs):
             raise RuntimeError(f"injected failure {marker}")
 

@@ -396,7 +396,7 @@ def schedule(
         counter += 1
     out = write_in_place(out, graph)
     if horizontal:
-        out = combine(out)
+        out = combine(out, layouts, {b.name for b in graph.inputs})
     materialised = {b.name: b.layout for b in graph.inputs}
     materialised.update({c.name: c.layout for c in graph.constants})
     for launch in out:

@@ -5,10 +5,11 @@ join one combined kernel, where it runs, and the caps. Kernels here are bare Ker
 from __future__ import annotations
 
 import pytest
+import torch
 
 from compiler.ir.index import make_vars
+from compiler.ir.nodes import Layout
 from compiler.scheduler import horizontal
-from compiler.scheduler.horizontal import combine
 from compiler.scheduler.kernel import ExternCall, KernelGroup
 
 
@@ -16,6 +17,17 @@ def kernel(name: str, reads=(), writes=(), kind: str = "pointwise", numel: int =
     return KernelGroup(
         name, kind, make_vars("x", (numel,)), (), (), tuple(reads), tuple(writes), (name,), ()
     )
+
+
+class _Layouts(dict):
+    """Every buffer a small float32 vector unless set."""
+
+    def __missing__(self, name: str) -> Layout:
+        return Layout.contiguous((8,), torch.float32, torch.device("cpu"))
+
+
+def combine(launches, layouts=None, inputs=()):
+    return horizontal.combine(launches, layouts or _Layouts(), set(inputs))
 
 
 def shape(launches) -> list:
@@ -45,8 +57,34 @@ def test_independent_kernels_join_one():
 def test_dependent_kernels_stay_apart(second):
     first = kernel("k0", ["a"], ["p0"])
     third = kernel("k2", ["c"], ["r"])
-    # k1 starts a new combined kernel, which the independent k2 joins
-    assert shape(combine([first, second, third])) == ["k0", ["k1", "k2"]]
+    # k1 stays apart (after k0); the independent k2 joins k0
+    assert shape(combine([first, second, third])) == [["k0", "k2"], "k1"]
+
+
+def test_step_counts_and_updates_interleaved_make_two_combined_kernels():
+    """An optimizer's loop: count the step of parameter i, then update it (reading the
+    count): the counts join one combined kernel, the updates the next."""
+    ks = []
+    for i in range(6):
+        ks.append(kernel(f"count{i}", [f"step{i}"], [f"step{i}"], numel=1))
+        ks.append(kernel(f"update{i}", [f"p{i}", f"g{i}", f"step{i}", "lr"], [f"p{i}"]))
+    assert shape(combine(ks)) == [
+        [f"count{i}" for i in range(6)],
+        [f"update{i}" for i in range(6)],
+    ]
+
+
+def test_a_large_new_buffer_is_not_allocated_earlier():
+    big = Layout.contiguous((1 << 19,), torch.float32, torch.device("cpu"))  # 2 MiB
+    layouts = _Layouts(out=big)
+    ks = [
+        kernel("k0", ["a"], ["p0"]),
+        kernel("k1", ["p0"], ["p1"]),  # depends on k0: a second combined kernel
+        kernel("k2", ["b"], ["out"]),  # independent of both, but allocates 2 MiB
+    ]
+    assert shape(combine(ks, layouts)) == ["k0", ["k1", "k2"]]
+    # written in place into a graph input, it allocates nothing: it joins the first
+    assert shape(combine(ks, layouts, inputs=["out"])) == [["k0", "k2"], "k1"]
 
 
 def test_kernel_joins_across_an_independent_reduction_only():

@@ -89,8 +89,8 @@ def combine(launches: list[Launch], layouts: dict[str, Layout], inputs: set[str]
     counts, each updated just before its parameter's update, then all join one combined
     kernel and the updates (which read them) the next, where joining only the latest would
     cut a combined kernel at every count. A kernel that allocates a large new buffer
-    (MOVE_MAX_BYTES) joins only the latest, so that no large buffer is allocated far earlier
-    than it was (its memory then held longer)."""
+    (MOVE_MAX_BYTES) joins only a combined kernel launched right before it, so that no large
+    buffer is allocated earlier than it was (its memory then held longer)."""
     out: list[Launch | None] = []
     buckets: list[_Bucket] = []  # the open ones: since the last extern call
     counter = 0  # combo kernels are numbered apart from the others (names stay unique)
@@ -120,7 +120,9 @@ def combine(launches: list[Launch], layouts: dict[str, Layout], inputs: set[str]
             for n in launch.writes
             if n not in inputs
         )
-        candidates = buckets if new < MOVE_MAX_BYTES else buckets[-1:]
+        # a large new buffer: only with kernels launched right before it
+        last = [b for b in buckets[-1:] if b.at == len(out) - 1]
+        candidates = buckets if new < MOVE_MAX_BYTES else last
         target = next((b for b in candidates if b.accepts(launch)), None)
         if target is None:
             target = _Bucket(len(out))

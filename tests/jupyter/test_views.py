@@ -263,6 +263,7 @@ def test_kernel_view_says_a_kernel_is_size_generic_and_what_sizes_it_got() -> No
 
 def test_kernel_view_lists_a_combined_kernels_parts() -> None:
     from compiler.records import KernelPart, KernelRecord
+    from jupyter_compile.inspector.common import KernelRef
     from jupyter_compile.inspector.kernels import kernel_view
 
     kernel = KernelRecord(
@@ -277,6 +278,8 @@ def test_kernel_view_lists_a_combined_kernels_parts() -> None:
     ref = SimpleNamespace(kernel=kernel, graph=SimpleNamespace(index=0))
     text = visible(kernel_view(ref))
     assert "parts (2): independent kernels run by this one launch" in text
+    label = KernelRef(0, SimpleNamespace(index=3), kernel).label
+    assert label == "triton_combo_0 (triton, graph 3, 2 parts)"
     assert "triton_poi_fused_lerp_1" in text and "2,304" in text and "0..2" in text
     assert "lerp_, mul_" in text and "3..3" in text
     assert "parts (" not in visible(

@@ -85,6 +85,10 @@ def test_a_large_new_buffer_is_not_allocated_earlier():
     assert shape(combine(ks, layouts)) == ["k0", ["k1", "k2"]]
     # written in place into a graph input, it allocates nothing: it joins the first
     assert shape(combine(ks, layouts, inputs=["out"])) == [["k0", "k2"], "k1"]
+    # nor across a reduction launched since the combined kernel's place
+    red = kernel("red", ["c"], ["s"], kind="reduction")
+    assert shape(combine([ks[0], red, ks[2]], layouts)) == ["k0", "red", "k2"]
+    assert shape(combine([ks[0], ks[2]], layouts)) == [["k0", "k2"]]
 
 
 def test_kernel_joins_across_an_independent_reduction_only():

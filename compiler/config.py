@@ -39,6 +39,10 @@ The settings, as torch._dynamo.config names them:
   are not multiples of 16 bytes (a vocabulary of 50257) run on zero-padded operands, for
   cuBLAS's aligned kernels (compiler/aot/pad_matmul.py). "auto": on CUDA only; True: on any
   device (the CPU tests use it); False: never. Read when a graph is compiled.
+- `combo_kernels` (default True; torch._inductor.config's name): independent pointwise
+  kernels of a graph (an optimizer step's per-parameter updates, zero_grad's fills) launch
+  as one combined Triton kernel (compiler/scheduler/horizontal.py). Read when a graph is
+  compiled.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ verbose: bool = False
 automatic_dynamic_shapes: bool = True
 emulate_precision_casts: bool = False
 pad_matmuls: bool | str = "auto"
+combo_kernels: bool = True
 
 _SETTINGS = (
     "cache_size_limit",
@@ -62,6 +67,7 @@ _SETTINGS = (
     "automatic_dynamic_shapes",
     "emulate_precision_casts",
     "pad_matmuls",
+    "combo_kernels",
 )
 
 

@@ -95,6 +95,18 @@ class StageTime:
 
 
 @dataclass
+class KernelPart:
+    """One part of a combined kernel (compiler/scheduler/horizontal.py): a pointwise kernel
+    that runs inside another kernel's launch, on programs `first_program..last_program`."""
+
+    name: str
+    elements: int
+    first_program: int
+    last_program: int
+    fused_nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class KernelRecord:
     """One generated kernel (or extern call) of a compiled graph."""
 
@@ -113,6 +125,7 @@ class KernelRecord:
     size_generic: str = ""
     generic_source: str = ""
     size_args: dict[str, int | float] = field(default_factory=dict)
+    parts: list[KernelPart] = field(default_factory=list)  # a combined kernel's parts
 
 
 @dataclass

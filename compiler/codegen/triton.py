@@ -18,6 +18,7 @@ import re
 import torch
 
 from compiler import config as settings
+from compiler.codegen.combo import combo_source
 from compiler.codegen.common import KernelEmitter, KernelSource, store_order
 from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
 from compiler.ir.index import Index
@@ -306,10 +307,15 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     )
 
 
+# How each kind of KernelGroup becomes a kernel (combo: compiler/codegen/combo.py).
+_SOURCES = {"pointwise": kernel_source, "reduction": kernel_source, "combo": combo_source}
+
+
 class TritonEmitter(KernelEmitter):
     """The KernelEmitter for Triton (GPUs, and CPU tensors under TRITON_INTERPRET=1)."""
 
     language = "triton"
+    horizontal = True
 
     def processors(self, device: torch.device) -> int:
         """Programs the device runs at once, roughly: its SMs (the scheduler splits
@@ -319,7 +325,7 @@ class TritonEmitter(KernelEmitter):
         return INTERPRETED_PROCESSORS
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
-        return kernel_source(group, schedule)
+        return _SOURCES[group.kind](group, schedule)
 
     def load(self, kernel: KernelSource, mode: str | None):
         from compiler.runtime.triton_launch import load_kernel

@@ -1,7 +1,7 @@
 # Newcomer entry points:
 #   make lab   - create .venv, install, open JupyterLab on notebooks/ with the extension loaded
 #   make test  - create .venv, install, lint and run the whole test suite; then create .venv313
-#                and run the tracer suite on Python 3.13 as well
+#                and .venv312 and run the tracer suite on Python 3.13 and 3.12 as well
 #
 # torch and torchvision are pinned and installed first; a constraints file keeps every later
 # install (transformers, timm, ...) from pulling another torch.
@@ -25,7 +25,17 @@ PY313 := $(VENV313)/bin/python
 STAMP313 := $(VENV313)/.setup-done
 TESTS313 ?= tests/tracer tests/backends
 
-.PHONY: setup system-deps cpp-ext lint test test313 lab
+# The third: Python 3.12 with the torch the H200 runs (2.11), whose autograd.Function.apply,
+# composite kernels and fake tensors differ from 2.14's; the tracer must be right on both.
+PYTHON312 ?= $(firstword $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null) \
+	$(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12))
+VENV312 := .venv312
+PY312 := $(VENV312)/bin/python
+STAMP312 := $(VENV312)/.setup-done
+TORCH_PINS312 := torch==2.11.0 torchvision==0.26.0
+TESTS312 ?= $(TESTS313)
+
+.PHONY: setup system-deps cpp-ext lint test test313 test312 lab
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +53,15 @@ $(STAMP313): pyproject.toml Makefile | $(PY313)
 	printf '%s\n' $(TORCH_PINS) > $(VENV313)/constraints.txt
 	$(PY313) -m pip install $(TORCH_PINS)
 	$(PY313) -m pip install -c $(VENV313)/constraints.txt -e '.[dev]'
+	touch $@
+
+$(PY312):
+	$(PYTHON312) -m venv $(VENV312)
+
+$(STAMP312): pyproject.toml Makefile | $(PY312)
+	printf '%s\n' $(TORCH_PINS312) > $(VENV312)/constraints.txt
+	$(PY312) -m pip install $(TORCH_PINS312)
+	$(PY312) -m pip install -c $(VENV312)/constraints.txt -e '.[dev]'
 	touch $@
 
 setup: $(STAMP) system-deps cpp-ext
@@ -69,6 +88,7 @@ test: setup
 	$(VENV)/bin/ruff check . || status=1; \
 	JUPYTER_COMPILE_REQUIRE_BROWSER=1 $(VENV)/bin/pytest $(PYTEST_ARGS) || status=1; \
 	$(MAKE) --no-print-directory test313 || status=1; \
+	$(MAKE) --no-print-directory test312 || status=1; \
 	exit $$status
 
 # Without a Python 3.13 a newcomer's `make test` says so and goes on; CI must have one.
@@ -79,6 +99,16 @@ test313:
 else
 test313: $(STAMP313)
 	$(VENV313)/bin/pytest $(TESTS313)
+endif
+
+# The same for Python 3.12.
+ifeq ($(PYTHON312),)
+test312:
+	@echo "No Python 3.12 found (set PYTHON312=...): the tracer suite did not run on 3.12"; \
+	test "$$CI" != true
+else
+test312: $(STAMP312)
+	$(VENV312)/bin/pytest $(TESTS312)
 endif
 
 # Each notebook starts with `%load_ext jupyter_compile` (loading it for every kernel as well

@@ -17,6 +17,7 @@ try:
     import numpy
 except ImportError:  # torch runs without numpy; then no value is a numpy scalar
     numpy = None
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -229,8 +230,19 @@ class GraphBuilder:
 
     def run_fake(self, kind: str, target: Any, fake_args: list, fake_kwargs: dict) -> Any:
         token = _running_fake.set(True)
+        # With symbolic sizes the Python dispatcher runs composite ops through their Python
+        # decompositions, as torch's own tracing does: their C++ kernels read a symbolic size
+        # as an int on some torch versions (matmul on 2.11, F.pad on 2.14), specialising the
+        # dynamic dim. A static trace keeps the C++ kernels: faster, and TracerFakeMode sees
+        # the ops it corrects (native_batch_norm).
+        dispatcher = enable_python_dispatcher() if self.shapes.symbols else contextlib.nullcontext()
         try:
-            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled), self._autocast():
+            with (
+                self.fake_mode,
+                dispatcher,
+                torch.set_grad_enabled(self.grad_enabled),
+                self._autocast(),
+            ):
                 if kind == "call_method":
                     return getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 return target(*fake_args, **fake_kwargs)

@@ -205,6 +205,31 @@ def test_buffers_and_ints_of_a_module_stay_static_when_they_change():
     assert len(entries) == 3 and all(not e.controls for e in entries)
 
 
+# Composite ops whose C++ kernel reads a symbolic size as an int on some torch versions
+# (matmul and scaled_dot_product_attention on torch 2.11, F.pad on 2.14), which specialised
+# the dynamic dim and recompiled on every size: the tracer runs them as torch's own tracing
+# does, through their Python decompositions.
+WEIGHT = torch.randn(16, 8)
+COMPOSITE_OPS = {
+    "batched matmul": lambda x: x @ x.transpose(1, 2),
+    "matmul by a weight": lambda x: x @ WEIGHT,
+    "matrix times a batch": lambda x: x[0] @ x.transpose(1, 2),
+    "linear": lambda x: torch.nn.functional.linear(x, WEIGHT.t()),
+    "attention": lambda x: torch.nn.functional.scaled_dot_product_attention(x, x, x),
+    "pad": lambda x: torch.nn.functional.pad(x, (0, 0, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSITE_OPS))
+def test_composite_ops_keep_a_dynamic_dim_dynamic(name):
+    op = COMPOSITE_OPS[name]
+    backend = RecordingBackend()
+    compiled = sweep(lambda x: op(x) * 2, lambda n: (torch.randn(2, n, 16),), backend=backend)
+    entries = report(compiled).entries
+    assert [c.kind for c in entries[1].controls] == ["dynamic"], entries[1].controls
+    assert len(entries) == 2 and backend.count == 2
+
+
 # ---- guards and control flow on sizes -----------------------------------------------------
 
 

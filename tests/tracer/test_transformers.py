@@ -166,25 +166,10 @@ def test_train_forward_backward_inductor(name):
     _check(name, "inductor", train=True)
 
 
-# torch 2.11's matmul of a broadcast batch (Llama's rotary embedding, `inv_freq @ positions`)
-# needs the symbolic length's value under fake tensors; 2.14's does not. On 2.11 each new
-# length recompiles (with eager's results).
-_MATMUL_SPECIALISES = tuple(map(int, torch.__version__.split(".")[:2])) < (2, 14)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "bert",
-        "gpt2",
-        pytest.param(
-            "llama",
-            marks=pytest.mark.xfail(
-                _MATMUL_SPECIALISES, reason="torch < 2.14 specialises a batched matmul's size"
-            ),
-        ),
-    ],
-)
+# Llama's rotary embedding (`inv_freq @ positions`, a matmul of a broadcast batch) kept the
+# symbolic length only once fake ops of dynamic traces ran under the Python dispatcher: torch
+# 2.11's C++ matmul read its value (tests/tracer/test_dynamic.py's composite ops).
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_new_sequence_lengths_share_one_dynamic_graph(name):
     """A second sequence length recompiles once with a symbolic length (as torch.compile's
     automatic dynamic shapes do); the third reuses that graph."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler.support import autocast
-from compiler.tracer import calls
+from compiler.tracer import builtin_fns, calls
 from compiler.tracer.breaks import Break
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.variables import (
@@ -52,13 +52,11 @@ class AutogradCtxVar(Var):
     fields: dict[str, Var] = field(default_factory=dict)
 
 
-def _function_class(value: Any) -> type | None:
-    """The Function subclass whose `apply` `value` is, where it is a user's: torch's own
-    Functions (checkpointing, ...) keep their former handling."""
-    owner = getattr(value, "__self__", None)
+def _user_function(owner: Any) -> type | None:
+    """`owner` where it is a user's Function subclass that keeps torch's `apply`: torch's own
+    Functions (checkpointing, ...) are not handled here."""
     if (
-        getattr(value, "__name__", None) != "apply"
-        or not isinstance(owner, type)
+        not isinstance(owner, type)
         or not issubclass(owner, torch.autograd.Function)
         or owner.__module__.split(".")[0] == "torch"
         or inspect.getattr_static(owner, "apply") is not _BASE_APPLY
@@ -68,9 +66,27 @@ def _function_class(value: Any) -> type | None:
 
 
 def call_apply(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    cls = _function_class(fn.value)
-    if cls is None:
+    """`Fn.apply(...)` where torch writes apply in C (a bound builtin method, reached here
+    as a real object)."""
+    cls = _user_function(getattr(fn.value, "__self__", None))
+    if getattr(fn.value, "__name__", None) != "apply" or cls is None:
         return NotImplemented
+    return _apply(tx, cls, args, kwargs)
+
+
+def _apply_classmethod(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`Fn.apply(...)` where torch writes apply as a Python classmethod (torch 2.11): the
+    trace binds its function to the class, which comes first in `args`. Traced through, it
+    would hand the class to `super().apply`, a C call the graph cannot hold."""
+    owner = args[0].value if args and isinstance(args[0], ObjVar) else None
+    cls = _user_function(owner)
+    if cls is None:
+        name = getattr(owner, "__name__", "an autograd Function")
+        raise Break(f"call to {name}.apply runs in Python", "autograd_function")
+    return _apply(tx, cls, args[1:], kwargs)
+
+
+def _apply(tx: Tracer, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if kwargs:
         raise Break(
             f"{cls.__name__}.apply called with keyword arguments runs in Python",
@@ -181,4 +197,8 @@ VALUE_OPS[AutogradCtxVar] = ValueOps(
     truth=lambda tx, ctx: True,
 )
 
-calls.CALL_BY_TYPE.setdefault(type(torch.autograd.Function.apply), []).append(call_apply)
+# One of the two is how this torch writes Function.apply.
+if isinstance(_BASE_APPLY, classmethod):
+    builtin_fns.SPECIAL[_BASE_APPLY.__func__] = _apply_classmethod
+else:
+    calls.CALL_BY_TYPE.setdefault(type(torch.autograd.Function.apply), []).append(call_apply)

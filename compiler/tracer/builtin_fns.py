@@ -523,6 +523,14 @@ def _grad_ctx(enabled: bool) -> Callable:
     return make
 
 
+def inference_mode(mode: bool) -> GradModeVar:
+    """`torch.inference_mode(mode)`: in the graph, a region without autograd, as no_grad (the
+    values it makes are computed alike; eager also marks them inference tensors, which only
+    changes what in-place updates outside the region are allowed). inference_mode(False)
+    changes nothing where inference mode is off, as it is in a trace."""
+    return GradModeVar(False if mode else None)
+
+
 def _set_grad_enabled(tx, args, kwargs):
     enabled = bool(as_python_constant(args[0]))
     prev = tx.builder.grad_enabled
@@ -687,8 +695,8 @@ SPECIAL: dict[Any, Callable] = {
     dataclasses.is_dataclass: _is_dataclass,
     inspect.signature: _signature,
     vars: _vars,
-    torch.inference_mode: lambda tx, a, k: (_ for _ in ()).throw(
-        Break("torch.inference_mode runs in Python")
+    torch.inference_mode: lambda tx, args, kwargs: inference_mode(
+        bool(as_python_constant(args[0] if args else kwargs.get("mode", ConstVar(True))))
     ),
 }
 if hasattr(torch, "_C") and hasattr(torch._C, "_has_torch_function"):

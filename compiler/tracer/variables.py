@@ -81,6 +81,13 @@ class ListVar(Var):
 
 
 @dataclass(eq=False)
+class DequeVar(ListVar):
+    """A collections.deque (values/deques.py): its items, and the most it holds."""
+
+    maxlen: int | None = None
+
+
+@dataclass(eq=False)
 class TupleVar(Var):
     items: list[Var]
     source: str | None = None
@@ -124,6 +131,11 @@ class DictVar(Var):
     version: int = 0  # changes made in the trace (generators.py)
     default: Var | None = None  # a defaultdict's default_factory (values/containers.py)
     views: list[Var] = field(default_factory=list)  # its keys/values/items views, kept live
+
+
+@dataclass(eq=False)
+class CounterVar(DictVar):
+    """A collections.Counter built in the trace (values/counters.py)."""
 
 
 @dataclass(eq=False)

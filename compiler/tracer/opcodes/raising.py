@@ -11,7 +11,7 @@ from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import is_simple_exception_class
 from compiler.tracer.opcodes.registry import opcode
-from compiler.tracer.values.table import describe
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     AutocastExitVar,
     AutocastVar,
@@ -184,6 +184,13 @@ class BeforeWith:
             tx.builder.set_autocast(ctx.device_type, (ctx.enabled, ctx.dtype, False))
             tx.push(frame, AutocastExitVar(ctx.device_type, before))
             tx.push(frame, ConstVar(None))
+            return
+        enter_kind = ops_of(ctx).enter
+        if enter_kind is not None:
+            exit_, value = enter_kind(tx, ctx)
+            frame.stack.pop()
+            tx.push(frame, exit_)
+            tx.push(frame, value)
             return
         enter, exit_ = python_context_methods(ctx)
         frame.stack.pop()

@@ -92,6 +92,9 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
     ):
         return _call_grad_decorated(tx, fn, args, kwargs)
     if real is not None:
+        by_code = calls.CALL_BY_CODE.get(real.__code__)
+        if by_code is not None:
+            return by_code(tx, fn, args, kwargs)
         special = builtin_fns.SPECIAL.get(real)
         if special is not None:
             return special(tx, args, kwargs)
@@ -117,22 +120,27 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
 def _call_grad_decorated(
     tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]
 ) -> Var:
-    """A function decorated with @torch.no_grad() / @torch.enable_grad(): the wrapped function
-    is inlined with the grad mode switched around it."""
+    """A function decorated with @torch.no_grad() / @torch.enable_grad() /
+    @torch.inference_mode(): the wrapped function is inlined with the grad mode switched
+    around it."""
     real = fn.fn
     closure = dict(
         zip(real.__code__.co_freevars, (c.cell_contents for c in real.__closure__ or ()))
     )
     factory = closure.get("ctx_factory")
     ctx = factory() if callable(factory) else None
-    if type(ctx) not in (torch.no_grad, torch.enable_grad):
+    if type(ctx) not in (torch.no_grad, torch.enable_grad, torch.inference_mode):
         raise Break(
             f"call to {describe(fn)} runs in Python (a context-manager decorator)",
             "context_manager",
         )
-    enabled = type(ctx) is torch.enable_grad
+    if type(ctx) is torch.inference_mode:
+        enabled = builtin_fns.inference_mode(ctx.mode).enabled
+    else:
+        enabled = type(ctx) is torch.enable_grad
     prev = tx.builder.grad_enabled
-    tx.builder.set_grad_enabled(enabled)
+    if enabled is not None:
+        tx.builder.set_grad_enabled(enabled)
     result = calls.call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
     tx.builder.set_grad_enabled(prev)
     return result

@@ -106,6 +106,15 @@ def _iterate(tx: Tracer, t: TensorVar) -> list[Var]:
     ]
 
 
+def _getitem(tx: Tracer, t: TensorVar, index: Var) -> Var:
+    if isinstance(index, ConstVar) and isinstance(index.value, torch.SymInt):
+        # `x[i]` by a Python int that became a graph input (shapes.py): tensor indexing
+        # reads a symbolic int as a concrete one (a guard per value, a recompile per
+        # call); select keeps it symbolic
+        return tx.builder.call("call_function", torch.select, [t, ConstVar(0), index], {})
+    return tx.builder.call("call_function", operator.getitem, [t, index], {})
+
+
 def _rebuild(em: Emitter, t: TensorVar) -> str:
     if t.node.op == "placeholder" and t.source:
         return t.source
@@ -116,7 +125,7 @@ VALUE_OPS[TensorVar] = ValueOps(
     describe=lambda t: "a tensor",
     attr=_attr,
     method=_method,
-    getitem=lambda tx, t, index: tx.builder.call("call_function", operator.getitem, [t, index], {}),
+    getitem=_getitem,
     setitem=_setitem,
     operators=_operators,
     unary=lambda tx, op, t: tx.builder.call("call_function", op, [t], {}),

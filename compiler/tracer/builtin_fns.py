@@ -523,12 +523,14 @@ def _grad_ctx(enabled: bool) -> Callable:
     return make
 
 
-def inference_mode(mode: bool) -> GradModeVar:
+def inference_mode(tx: Tracer, mode: bool) -> GradModeVar:
     """`torch.inference_mode(mode)`: in the graph, a region without autograd, as no_grad (the
     values it makes are computed alike; eager also marks them inference tensors, which only
     changes what in-place updates outside the region are allowed). inference_mode(False)
     changes nothing where inference mode is off, as it is in a trace."""
-    return GradModeVar(False if mode else None)
+    if not mode:
+        return GradModeVar(None)
+    return GradModeVar(False, inference_at=tx.root_pc)
 
 
 def _set_grad_enabled(tx, args, kwargs):
@@ -696,7 +698,7 @@ SPECIAL: dict[Any, Callable] = {
     inspect.signature: _signature,
     vars: _vars,
     torch.inference_mode: lambda tx, args, kwargs: inference_mode(
-        bool(as_python_constant(args[0] if args else kwargs.get("mode", ConstVar(True))))
+        tx, bool(as_python_constant(args[0] if args else kwargs.get("mode", ConstVar(True))))
     ),
 }
 if hasattr(torch, "_C") and hasattr(torch._C, "_has_torch_function"):

@@ -172,9 +172,10 @@ def check_live(tx: Tracer, roots: list[Var]) -> None:
     reachable_vars = _reachable(roots)
     for v in reachable_vars:
         made_at = ops_of(v).made_at
-        if made_at is not None:
+        pc = made_at(v) if made_at is not None else None
+        if pc is not None:
             raise Restart(
-                made_at(v),
+                pc,
                 f"{describe(v)} lives only in the trace and is still reached where the graph "
                 "ends; it runs in Python",
             )

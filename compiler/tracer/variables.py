@@ -324,6 +324,9 @@ class GradModeVar(Var):
 
     enabled: bool | None
     prev: bool | None = None  # set_grad_enabled applies at the call: the mode to restore
+    # torch.inference_mode(): the root-frame instruction that made it (its block must not
+    # outlive the graph: the rest of it would run outside inference mode)
+    inference_at: int | None = None
 
 
 @dataclass(eq=False)
@@ -331,6 +334,7 @@ class GradExitVar(Var):
     """The `__exit__` that BEFORE_WITH left on the stack for a grad-mode block."""
 
     restore: bool
+    inference_at: int | None = None  # of a torch.inference_mode() block (GradModeVar)
 
 
 @dataclass(eq=False)

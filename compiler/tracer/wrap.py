@@ -158,6 +158,17 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         guards.constant(f"{source}.device_type", value.device_type, line)
         guards.constant(f"{source}.before", value.before, line)
         return AutocastExitVar(value.device_type, value.before)
+    if type(value) is torch.inference_mode or (
+        type(value) is types.MethodType and type(value.__self__) is torch.inference_mode
+    ):
+        # made by an earlier entry, or its __exit__ (the block runs in Python,
+        # values/torch_functions.py): a new object per call, the same by its type and mode
+        manager = f"{source}.__self__" if type(value) is types.MethodType else source
+        guards.type_of(manager, getattr(value, "__self__", value), line)
+        guards.constant(f"{manager}.mode", getattr(value, "__self__", value).mode, line)
+        if type(value) is types.MethodType:
+            guards.constant(f"{source}.__name__", value.__name__, line)
+        return ObjVar(value, source)
     if isinstance(value, torch.amp.autocast):
         # made by an earlier entry, entered by this one: its resolved arguments are guarded
         guards.type_of(source, value, line)

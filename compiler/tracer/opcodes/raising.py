@@ -172,7 +172,9 @@ class BeforeWith:
             prev = tx.builder.grad_enabled if ctx.prev is None else ctx.prev
             if ctx.enabled is not None:
                 tx.builder.set_grad_enabled(ctx.enabled)
-            tx.push(frame, GradExitVar(prev))
+            if ctx.inference_at is not None:
+                tx.builder.inference += 1
+            tx.push(frame, GradExitVar(prev, ctx.inference_at))
             tx.push(frame, ConstVar(None))
             return
         if isinstance(ctx, AutocastVar):

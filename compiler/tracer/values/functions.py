@@ -134,14 +134,18 @@ def _call_grad_decorated(
             f"call to {describe(fn)} runs in Python (a context-manager decorator)",
             "context_manager",
         )
-    if type(ctx) is torch.inference_mode:
-        enabled = builtin_fns.inference_mode(ctx.mode).enabled
-    else:
-        enabled = type(ctx) is torch.enable_grad
+    inference = type(ctx) is torch.inference_mode and ctx.mode
+    enabled = False if inference else None if type(ctx) is torch.inference_mode else (
+        type(ctx) is torch.enable_grad
+    )
     prev = tx.builder.grad_enabled
     if enabled is not None:
         tx.builder.set_grad_enabled(enabled)
-    result = calls.call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
+    tx.builder.inference += inference
+    try:
+        result = calls.call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
+    finally:
+        tx.builder.inference -= inference
     tx.builder.set_grad_enabled(prev)
     return result
 

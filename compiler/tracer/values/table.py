@@ -68,7 +68,8 @@ class ValueOps:
     rebuild: Callable[[Emitter, Any], str] | None = None
     # a value that lives only in the trace (a generator paused in it): the root-frame
     # instruction that made it, where the trace restarts if the value outlives the graph
-    made_at: Callable[[Any], int] | None = None
+    # (None: this one may outlive it)
+    made_at: Callable[[Any], int | None] | None = None
     source_first: bool = True  # rebuilt from its source where it has one
     one_object: bool = False  # a mutable object: rebuilt once, however often referenced
     # the values a replay of side effects visits under this one, and the replay itself

@@ -11,7 +11,15 @@ import torch
 from compiler.tracer.breaks import Break
 from compiler.tracer.hints import tensor_method_kind
 from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
-from compiler.tracer.variables import AttrCallVar, ConstVar, TensorVar, Var, is_python_constant
+from compiler.tracer.variables import (
+    AttrCallVar,
+    ConstVar,
+    SliceVar,
+    TensorVar,
+    TupleVar,
+    Var,
+    is_python_constant,
+)
 from compiler.tracer.wrap import wrap
 
 if TYPE_CHECKING:
@@ -107,12 +115,32 @@ def _iterate(tx: Tracer, t: TensorVar) -> list[Var]:
 
 
 def _getitem(tx: Tracer, t: TensorVar, index: Var) -> Var:
-    if isinstance(index, ConstVar) and isinstance(index.value, torch.SymInt):
-        # `x[i]` by a Python int that became a graph input (shapes.py): tensor indexing
-        # reads a symbolic int as a concrete one (a guard per value, a recompile per
-        # call); select keeps it symbolic
-        return tx.builder.call("call_function", torch.select, [t, ConstVar(0), index], {})
+    parts = index.items if isinstance(index, TupleVar) and index.cls is tuple else [index]
+    if any(_is_symint(p) for p in parts) and all(
+        _is_symint(p) or isinstance(p, (ConstVar, SliceVar)) and _int_or_slice(p) for p in parts
+    ):
+        # `x[i]`, `x[i, 1:]` by a Python int that became a graph input (shapes.py): tensor
+        # indexing reads a symbolic int as a concrete one (a guard per value, a recompile per
+        # call); select, dim by dim, keeps it symbolic
+        out, dim = t, 0
+        for p in parts:
+            if isinstance(p, SliceVar):
+                whole = [SliceVar(ConstVar(None), ConstVar(None), ConstVar(None))] * dim
+                key = TupleVar([*whole, p])
+                out = tx.builder.call("call_function", operator.getitem, [out, key], {})
+                dim += 1
+            else:
+                out = tx.builder.call("call_function", torch.select, [out, ConstVar(dim), p], {})
+        return out
     return tx.builder.call("call_function", operator.getitem, [t, index], {})
+
+
+def _is_symint(v: Var) -> bool:
+    return isinstance(v, ConstVar) and isinstance(v.value, torch.SymInt)
+
+
+def _int_or_slice(v: Var) -> bool:
+    return isinstance(v, SliceVar) or type(v.value) is int
 
 
 def _rebuild(em: Emitter, t: TensorVar) -> str:

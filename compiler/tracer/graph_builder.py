@@ -104,6 +104,8 @@ class GraphBuilder:
         # torch.inference_mode() regions open at this point of the trace: autograd stays
         # off inside, whatever grad mode is asked for (values/torch_functions.py)
         self.inference = 0
+        # the root-frame instruction that opened the first of them (Tensor.is_inference)
+        self.inference_at: int | None = None
         # autocast per device type as the graph leaves it so far; the fake ops run under it
         self.autocast_at_start = autocast.snapshot()
         self.autocast = dict(self.autocast_at_start)

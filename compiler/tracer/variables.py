@@ -172,6 +172,9 @@ class FunctionVar(Var):
     annotations: Var | None = None  # DictVar, made when first needed as eager makes it
     closure: list[CellVar] | None = None
     source: str | None = None
+    # functools.wraps(wrapped) applied to a function made in the trace: its names are those
+    # of `wrapped`, and its rebuild copies them as update_wrapper does
+    wrapped: Var | None = None
 
     def get_code(self):
         return self.fn.__code__ if self.fn is not None else self.code

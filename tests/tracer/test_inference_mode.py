@@ -64,3 +64,11 @@ def test_a_graph_break_inside_inference_mode_runs_the_block_in_python():
         return z, z.is_inference()
 
     check(fn, T(4, grad=True))
+
+
+@case(T(4, grad=True))
+def is_inference_after_an_inference_region(x):
+    # the graph computes the region as no_grad would: it runs in Python for this answer
+    with torch.inference_mode():
+        y = x * 2
+    return y, y.is_inference(), x.is_inference()

@@ -174,6 +174,8 @@ class BeforeWith:
                 tx.builder.set_grad_enabled(ctx.enabled)
             if ctx.inference_at is not None:
                 tx.builder.inference += 1
+                if tx.builder.inference_at is None:
+                    tx.builder.inference_at = ctx.inference_at
             tx.push(frame, GradExitVar(prev, ctx.inference_at))
             tx.push(frame, ConstVar(None))
             return

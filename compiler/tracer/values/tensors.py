@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from compiler.tracer.breaks import Break
+from compiler.tracer.breaks import Break, Restart
 from compiler.tracer.hints import tensor_method_kind
 from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
@@ -74,7 +74,23 @@ def _attr(tx: Tracer, t: TensorVar, name: str) -> Var:
     raise Break(f"tensor attribute {name!r} is not traced")
 
 
+def _is_inference(tx: Tracer, t: TensorVar) -> Var:
+    """`t.is_inference()`: a tensor the graph computes in a torch.inference_mode() region is
+    no inference tensor (the graph computes it as no_grad would), so such a region runs in
+    Python; one computed while inference mode was on at the entry's start is."""
+    if tx.builder.inference_at is not None:
+        raise Restart(
+            tx.builder.inference_at,
+            "Tensor.is_inference() after a torch.inference_mode() region: the region runs in "
+            "Python",
+        )
+    real = tx.builder.real_input(t)
+    return ConstVar(real.is_inference() if real is not None else torch.is_inference_mode_enabled())
+
+
 def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if name == "is_inference" and not args and not kwargs:
+        return _is_inference(tx, t)
     reason = _BREAK_TENSOR_METHODS.get(name)
     if reason:
         raise Break(reason, tensor_method_kind(name))

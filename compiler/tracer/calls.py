@@ -76,6 +76,9 @@ _TRACED_STDLIB = {
         contextlib.nullcontext.__init__,
         contextlib.nullcontext.__enter__,
         contextlib.nullcontext.__exit__,
+        contextlib.suppress.__init__,
+        contextlib.suppress.__enter__,
+        contextlib.suppress.__exit__,
     )
 }
 

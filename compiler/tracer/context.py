@@ -81,6 +81,7 @@ class Tracer(Protocol):
     constants: list
     current_frame: SymFrame | None
     root_pc: int
+    resumed: bool
     current_exc: Var
     handling: int
     unwound: int | None

@@ -86,6 +86,7 @@ class Translator:
         self.current_frame: SymFrame | None = None
         self.current_root_pc = pc
         self.root_pc = pc  # the root-frame instruction being traced (inlined calls included)
+        self.resumed = pc != code.start  # the entry starts after a graph break
         # Exceptions raised in the trace (exceptions.py): the one being handled (what a bare
         # `raise` re-raises), how many handlers are running, the root-frame instruction where
         # the exception a handler runs for was raised (None when none runs), and whether any

@@ -210,14 +210,15 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
 
 def _object_key(tx: Tracer, key: Any, source: str) -> IdentityKey:
     """A key of a dict from outside the graph that eager hashes by its address (a tensor, a
-    module), the dict reached through a global or an attribute: the very object is guarded,
-    as a lookup or `in` test with another object of the trace was answered by identity."""
+    module): the very object is guarded, as a lookup or `in` test with another object of the
+    trace was answered by identity."""
     if not isinstance(key, torch.Tensor) and type(key).__hash__ is not object.__hash__:
         raise Break("a dict keyed by objects hashed by value, from outside the graph")
-    if source.startswith("list(L["):
-        # a frame's own dict (an argument, a local after a break) is made anew more often
-        # than not, its keys with it: guarded by identity, it would recompile on every call
-        raise Break("a dict keyed by tensors or other objects, from the frame's locals")
+    if source.startswith("list(L[") and tx.resumed:
+        # a local dict after a graph break is made anew on every call, its keys with it:
+        # guarded by identity, it would recompile on every call (an argument is guarded so,
+        # as torch.compile guards it)
+        raise Break("a dict keyed by tensors or other objects, made before a graph break")
     tx.guards.identity(source, key, tx.builder.line)
     var = wrap(tx, key, source)
     identity = ops_of(var).identity

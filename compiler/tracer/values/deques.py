@@ -13,6 +13,7 @@ from compiler.tracer import builtin_fns
 from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.values import sets
 from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps
 from compiler.tracer.variables import (
     AttrCallVar,
@@ -199,14 +200,6 @@ def _rebuild(em: Emitter, d: DequeVar) -> str:
     return f"{em.ref(collections.deque, 'cls')}({items}, {d.maxlen!r})"
 
 
-def _replay(em: Emitter, d: DequeVar, lines: list[str]) -> None:
-    if d.mutated and d.source:
-        new = em.temp(f"[{', '.join(em.expr(i) for i in d.items)}]")
-        target = em.snapshot(d.source)
-        lines.append(f"    {target}.clear()")
-        lines.append(f"    {target}.extend({new})")
-
-
 VALUE_OPS[DequeVar] = ValueOps(
     describe=lambda d: "a deque",
     attr=_attr,
@@ -221,6 +214,6 @@ VALUE_OPS[DequeVar] = ValueOps(
     rebuild=_rebuild,
     one_object=True,
     replay_children=lambda d: list(d.items),
-    replay=_replay,
+    replay=sets.refill_replay("extend"),
 )
 builtin_fns.SPECIAL[collections.deque] = _deque

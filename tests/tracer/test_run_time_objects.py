@@ -131,3 +131,36 @@ def test_attributes_written_between_calls_are_read_anew(capsys):
         holder.loss, holder.logits = torch.full((1,), v), torch.full((1,), -v)
         x = torch.randn(3)
         assert_same(read(x), compiled(x))
+
+
+@dataclass
+class Point:
+    x: torch.Tensor
+    scale: float = 2.0
+
+    def total(self):
+        return self.x * self.scale
+
+
+def calls_a_method(p):
+    return p.total() + 1
+
+
+def writes_an_attribute(p):
+    p.scale = p.scale + 1.0
+    return p.total()
+
+
+def test_a_new_argument_object_per_call_reuses_the_entry():
+    # calling a method of the object, or writing one of its attributes (replayed through its
+    # source), pinned the object itself: a recompile on every call until the cache limit
+    for fn in (calls_a_method, writes_an_attribute):
+        compiler.reset()
+        compiled = compiler.compile(fn, backend=RecordingBackend())
+        for _ in range(4):
+            x = torch.randn(3)
+            eager_p, compiled_p = Point(x.clone(), 1.5), Point(x.clone(), 1.5)
+            assert_same(fn(eager_p), compiled(compiled_p))
+            assert compiled_p.scale == eager_p.scale
+        reasons = [e.recompile_reason for e in _entries(compiled)]
+        assert reasons == [None], (fn.__name__, reasons)

@@ -72,11 +72,11 @@ def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]
 
 
 def is_optimizer(v: Var) -> bool:
-    return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.Optimizer)
+    return isinstance(v, ObjVar) and isinstance(v.held, torch.optim.Optimizer)
 
 
 def is_lr_scheduler(v: Var) -> bool:
-    return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.lr_scheduler.LRScheduler)
+    return isinstance(v, ObjVar) and isinstance(v.held, torch.optim.lr_scheduler.LRScheduler)
 
 
 def optimizer_reason(method: str, opt: torch.optim.Optimizer) -> str:

@@ -128,7 +128,9 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
 
 
 def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
-    if not isinstance(obj.value, torch.nn.Module):
+    # by `held`: the type is guarded, and a write replayed through the object's source needs
+    # no guard that it is the same object (a new argument object per call reuses the entry)
+    if not isinstance(obj.held, torch.nn.Module):
         if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
             return None
         if objects.writable(obj, name):

@@ -4,9 +4,11 @@ constants, put in the graph on tensors, or a graph break."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import operator
 import types
+import typing
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -62,7 +64,7 @@ except ImportError:  # torch runs without numpy; then nothing is a numpy functio
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _PURE_BUILTINS = {
     abs, all, any, bool, chr, divmod, float, hash, int, len, max, min, ord, pow, repr, round,
-    sorted, str, sum, format, hex, oct, bin,
+    sorted, str, sum, format, hex, oct, bin, issubclass,
 }  # fmt: skip
 
 
@@ -98,7 +100,7 @@ def is_pure_builtin(fn: Any) -> bool:
     )
 
 
-_IMMUTABLE = (str, int, float, tuple, bytes)
+_IMMUTABLE = (str, int, float, tuple, bytes, range)
 
 
 _TEXT_BUILTINS = {str, repr, format, hash, ascii}
@@ -198,6 +200,8 @@ def _len(tx: Tracer, v: Var) -> Var:
         return ConstVar(len(v.fake))
     if isinstance(v, ObjVar) and isinstance(v.value, types.MappingProxyType):
         return ConstVar(len(v.value))  # a read-only view (a signature's parameters)
+    if isinstance(v, ObjVar) and getattr(type(v.value), "__len__", None) is enum.EnumMeta.__len__:
+        return ConstVar(len(v.value))  # an Enum class: its members are fixed when it is made
     if isinstance(v, ObjVar) and isinstance(v.value, torch.nn.Module) and v.source:
         tx.guards.length(v.source, v.value)
         return ConstVar(len(v.value))
@@ -523,6 +527,16 @@ def _grad_ctx(enabled: bool) -> Callable:
     return make
 
 
+def inference_mode(tx: Tracer, mode: bool) -> GradModeVar:
+    """`torch.inference_mode(mode)`: in the graph, a region without autograd, as no_grad (the
+    values it makes are computed alike; eager also marks them inference tensors, which only
+    changes what in-place updates outside the region are allowed). inference_mode(False)
+    changes nothing where inference mode is off, as it is in a trace."""
+    if not mode:
+        return GradModeVar(None)
+    return GradModeVar(False, inference_at=tx.root_pc)
+
+
 def _set_grad_enabled(tx, args, kwargs):
     enabled = bool(as_python_constant(args[0]))
     prev = tx.builder.grad_enabled
@@ -687,8 +701,9 @@ SPECIAL: dict[Any, Callable] = {
     dataclasses.is_dataclass: _is_dataclass,
     inspect.signature: _signature,
     vars: _vars,
-    torch.inference_mode: lambda tx, a, k: (_ for _ in ()).throw(
-        Break("torch.inference_mode runs in Python")
+    typing.cast: lambda tx, args, kwargs: args[1] if len(args) == 2 else kwargs["val"],
+    torch.inference_mode: lambda tx, args, kwargs: inference_mode(
+        tx, bool(as_python_constant(args[0] if args else kwargs.get("mode", ConstVar(True))))
     ),
 }
 if hasattr(torch, "_C") and hasattr(torch._C, "_has_torch_function"):

@@ -58,6 +58,12 @@ def call_by_type(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]
     return NotImplemented
 
 
+# Python functions handled by their code object: one code shared by many closures (every
+# @contextmanager function is a closure of contextlib's `helper`), registered by the value
+# families (values/context_managers.py).
+CALL_BY_CODE: dict[types.CodeType, Callable[[Tracer, Var, list[Var], dict[str, Var]], Var]] = {}
+
+
 def builtin_var(value: Any) -> Var:
     return ObjVar(value)
 
@@ -70,6 +76,9 @@ _TRACED_STDLIB = {
         contextlib.nullcontext.__init__,
         contextlib.nullcontext.__enter__,
         contextlib.nullcontext.__exit__,
+        contextlib.suppress.__init__,
+        contextlib.suppress.__enter__,
+        contextlib.suppress.__exit__,
     )
 }
 

@@ -33,6 +33,11 @@ class SymFrame:
     kw_names: tuple | None = None
     fn_name: str = ""
     yields: list[Var] | None = None  # values an inlined generator yielded
+    # A generator run a step at a time (Tracer.resume): it pauses at each yield, and the
+    # value and instruction of the last yield are kept
+    suspend: bool = False
+    yielded: Var | None = None
+    yield_pc: int = 0
 
     def line(self, pc: int | None = None) -> SourceLine:
         ins = self.code.instructions[self.pc if pc is None else pc]
@@ -76,6 +81,7 @@ class Tracer(Protocol):
     constants: list
     current_frame: SymFrame | None
     root_pc: int
+    resumed: bool
     current_exc: Var
     handling: int
     unwound: int | None
@@ -97,6 +103,12 @@ class Tracer(Protocol):
     def cell_contents(self, cell: CellVar) -> Var: ...
 
     def inline(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> Var: ...
+
+    def start_frame(
+        self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]
+    ) -> SymFrame: ...
+
+    def resume(self, child: SymFrame, thrown: Var | None = None) -> tuple[bool, Var]: ...
 
     def jump(self, frame: SymFrame, ins: Instr) -> None: ...
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compiler.tracer.breaks import Raised, Restart
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     CellVar,
     ConstVar,
@@ -168,10 +169,20 @@ def check_live(tx: Tracer, roots: list[Var]) -> None:
     """At the end of the trace: a generator left unfinished where Python code runs next (the
     frame's values at a break, a returned value, a container or cell written) would be
     rebuilt from values computed ahead; it must run for real."""
+    reachable_vars = _reachable(roots)
+    for v in reachable_vars:
+        made_at = ops_of(v).made_at
+        pc = made_at(v) if made_at is not None else None
+        if pc is not None:
+            raise Restart(
+                pc,
+                f"{describe(v)} lives only in the trace and is still reached where the graph "
+                "ends; it runs in Python",
+            )
     unfinished = [it for it in tx.generators if it.index < len(it.items)]
     if not unfinished:
         return
-    reachable = {id(v) for v in _reachable(roots)}
+    reachable = {id(v) for v in reachable_vars}
     for it in unfinished:
         if id(it) in reachable and it.generator is None:
             # a lazy view: rebuilt from its items, it no longer advances the iterators it

@@ -102,6 +102,11 @@ class GraphBuilder:
         self._keep_alive: list[torch.Tensor] = []
         self.user_stack: list[SourceLine] = []
         self.grad_enabled = torch.is_grad_enabled()
+        # torch.inference_mode() regions open at this point of the trace: autograd stays
+        # off inside, whatever grad mode is asked for (values/torch_functions.py)
+        self.inference = 0
+        # the root-frame instruction that opened the first of them (Tensor.is_inference)
+        self.inference_at: int | None = None
         # autocast per device type as the graph leaves it so far; the fake ops run under it
         self.autocast_at_start = autocast.snapshot()
         self.autocast = dict(self.autocast_at_start)
@@ -268,6 +273,10 @@ class GraphBuilder:
     def set_grad_enabled(self, enabled: bool) -> None:
         if enabled == self.grad_enabled:
             return
+        if enabled and self.inference:
+            # eager's enable_grad inside inference_mode records no autograd either, and the
+            # values it makes are inference tensors: only the real mode gives both
+            raise Break("grad mode enabled inside torch.inference_mode() runs in Python")
         node = self.graph.call_function(torch._C._set_grad_enabled, (enabled,))
         self.annotate(node, None)
         self.grad_enabled = enabled

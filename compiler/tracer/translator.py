@@ -86,6 +86,7 @@ class Translator:
         self.current_frame: SymFrame | None = None
         self.current_root_pc = pc
         self.root_pc = pc  # the root-frame instruction being traced (inlined calls included)
+        self.resumed = pc != code.start  # the entry starts after a graph break
         # Exceptions raised in the trace (exceptions.py): the one being handled (what a bare
         # `raise` re-raises), how many handlers are running, the root-frame instruction where
         # the exception a handler runs for was raised (None when none runs), and whether any
@@ -342,6 +343,20 @@ class Translator:
     # ---- inlining -------------------------------------------------------------------------------
 
     def inline(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        child = self.start_frame(fn, args, kwargs)
+        if child.code.is_generator:
+            # Run the generator to completion now; its values are what iterating it yields
+            # (generators.py says when that is safe).
+            child.yields = []
+            inputs = [*child.locals.values(), *child.cells.values()]
+            before = generators.run_started(self)
+        result = self._run_child(child)
+        if child.yields is None:
+            return result
+        return generators.run_finished(self, child.code.name, before, inputs, child.yields)
+
+    def start_frame(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> SymFrame:
+        """The frame of an inlined call of `fn`, its arguments bound, not yet run."""
         code = decode(fn.get_code())
         if code.unsupported and not code.is_generator:
             raise Break(f"cannot inline {fn.get_code().co_name}: {code.unsupported}")
@@ -358,16 +373,31 @@ class Translator:
         closure = binding.function_closure(self, fn)
         for name, cell in zip(code.freevars, closure):
             cells[name] = cell
-        parent_stack = self.builder.user_stack
-        child = SymFrame(
+        return SymFrame(
             code, g, self.globals_source(g), locals_, cells, [], code.start, fn_name=code.name
         )
-        if code.is_generator:
-            # Run the generator to completion now; its values are what iterating it yields
-            # (generators.py says when that is safe).
-            child.yields = []
-            inputs = [*locals_.values(), *cells.values()]
-            before = generators.run_started(self)
+
+    def resume(self, child: SymFrame, thrown: Var | None = None) -> tuple[bool, Var]:
+        """Run a generator's frame on from where it last yielded (or from its start) to its
+        next yield, (True, the value yielded), or to its return, (False, the value returned).
+        `thrown`: the exception raised at the yield instead (generator.throw)."""
+        child.suspend = True
+        child.yielded = None
+        if thrown is not None:
+            child.stack.pop()  # the value the yield would have returned
+            child.pc = child.yield_pc
+            try:
+                self.unwind(child, Raised(thrown))
+            finally:
+                child.pc = getattr(child, "pc_next", child.pc)
+        result = self._run_child(child)
+        if child.yielded is not None:
+            return True, child.yielded
+        return False, result
+
+    def _run_child(self, child: SymFrame) -> Var:
+        """Step an inlined frame until it returns (or, a suspendable generator, yields)."""
+        parent_stack = self.builder.user_stack
         self.depth += 1
         try:
             while True:
@@ -383,10 +413,8 @@ class Translator:
                     if self.unwound is None:
                         self.unwound = self.root_pc  # the callee's effects so far are in the trace
                     raise
-                if result is not None:
-                    if child.yields is None:
-                        return result
-                    return generators.run_finished(self, code.name, before, inputs, child.yields)
+                if result is not None or child.yielded is not None:
+                    return result
         finally:
             self.depth -= 1
             self.builder.user_stack = parent_stack

@@ -81,6 +81,13 @@ class ListVar(Var):
 
 
 @dataclass(eq=False)
+class DequeVar(ListVar):
+    """A collections.deque (values/deques.py): its items, and the most it holds."""
+
+    maxlen: int | None = None
+
+
+@dataclass(eq=False)
 class TupleVar(Var):
     items: list[Var]
     source: str | None = None
@@ -127,6 +134,11 @@ class DictVar(Var):
 
 
 @dataclass(eq=False)
+class CounterVar(DictVar):
+    """A collections.Counter built in the trace (values/counters.py)."""
+
+
+@dataclass(eq=False)
 class SetVar(Var):
     """A set, a frozenset, or a dict's keys view (`cls`): its items in the order a real set of
     them iterates (a keys view: its dict's order). values/sets.py keeps them so."""
@@ -160,6 +172,9 @@ class FunctionVar(Var):
     annotations: Var | None = None  # DictVar, made when first needed as eager makes it
     closure: list[CellVar] | None = None
     source: str | None = None
+    # functools.wraps(wrapped) applied to a function made in the trace: its names are those
+    # of `wrapped`, and its rebuild copies them as update_wrapper does
+    wrapped: Var | None = None
 
     def get_code(self):
         return self.fn.__code__ if self.fn is not None else self.code
@@ -312,6 +327,9 @@ class GradModeVar(Var):
 
     enabled: bool | None
     prev: bool | None = None  # set_grad_enabled applies at the call: the mode to restore
+    # torch.inference_mode(): the root-frame instruction that made it (its block must not
+    # outlive the graph: the rest of it would run outside inference mode)
+    inference_at: int | None = None
 
 
 @dataclass(eq=False)
@@ -319,6 +337,7 @@ class GradExitVar(Var):
     """The `__exit__` that BEFORE_WITH left on the stack for a grad-mode block."""
 
     restore: bool
+    inference_at: int | None = None  # of a torch.inference_mode() block (GradModeVar)
 
 
 @dataclass(eq=False)

@@ -15,13 +15,16 @@ from compiler.tracer.guards import CONSTANT_TYPES, is_constant_tuple, numpy
 from compiler.tracer.lookups import python_method
 from compiler.tracer.reconstruct import GradRestore
 from compiler.tracer.shapes import SYM_TYPES, is_attribute_source
+from compiler.tracer.values.table import ops_of
 from compiler.tracer.variables import (
     AutocastExitVar,
     AutocastVar,
     ConstVar,
+    DequeVar,
     DictVar,
     FunctionVar,
     GradExitVar,
+    IdentityKey,
     IteratorVar,
     ListVar,
     ObjVar,
@@ -81,7 +84,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
             ) else guards.constant(source, value, line)
         return ConstVar(value, source)
     if (
-        type(value) is list
+        type(value) in (list, collections.deque)
         or type(value) is dict
         or (isinstance(value, dict) and _plain_mapping(value))
         or _literal_set(value)
@@ -99,6 +102,13 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         tx.external_containers[id(value)] = var  # before the items: a list may contain itself
         var.items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return var
+    if type(value) is collections.deque:
+        guards.length(source, value, line)
+        guards.constant(f"{source}.maxlen", value.maxlen, line)
+        var = DequeVar([], source, cls=collections.deque, maxlen=value.maxlen)
+        tx.external_containers[id(value)] = var
+        var.items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
+        return var
     if _literal_set(value):
         # guarded by its contents, which the trace reads and may change (replayed after)
         guards.type_of(source, value, line)
@@ -114,16 +124,17 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         items = [wrap(tx, v, f"{source}[{i}]") for i, v in enumerate(value)]
         return TupleVar(items, source, cls=type(value))
     if type(value) is dict or (isinstance(value, dict) and _plain_mapping(value)):
-        if not all(isinstance(k, CONSTANT_TYPES) or is_constant_tuple(k) for k in value):
-            # a tensor, a module or another object as a key has no source to read its item
-            # through, nor a guard that the next call's dict has the same keys
-            raise Break("a dict keyed by tensors or other objects, from outside the graph")
         guards.dict_keys(source, value, line)
         var = DictVar({}, source, cls=type(value))
         tx.external_containers[id(value)] = var
         if isinstance(value, collections.defaultdict):
             var.default = wrap(tx, value.default_factory, f"{source}.default_factory")
-        var.items = {k: wrap(tx, v, f"{source}[{k!r}]") for k, v in value.items()}
+        for i, (k, v) in enumerate(value.items()):
+            if isinstance(k, CONSTANT_TYPES) or is_constant_tuple(k):
+                var.items[k] = wrap(tx, v, f"{source}[{k!r}]")
+            else:
+                key_source = f"list({source}.keys())[{i}]"
+                var.items[_object_key(tx, k, key_source)] = wrap(tx, v, f"{source}[{key_source}]")
         return var
     if isinstance(value, _ITERATOR_TYPES):
         return _real_iterator(tx, value, source)
@@ -147,6 +158,17 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         guards.constant(f"{source}.device_type", value.device_type, line)
         guards.constant(f"{source}.before", value.before, line)
         return AutocastExitVar(value.device_type, value.before)
+    if type(value) is torch.inference_mode or (
+        type(value) is types.MethodType and type(value.__self__) is torch.inference_mode
+    ):
+        # made by an earlier entry, or its __exit__ (the block runs in Python,
+        # values/torch_functions.py): a new object per call, the same by its type and mode
+        manager = f"{source}.__self__" if type(value) is types.MethodType else source
+        guards.type_of(manager, getattr(value, "__self__", value), line)
+        guards.constant(f"{manager}.mode", getattr(value, "__self__", value).mode, line)
+        if type(value) is types.MethodType:
+            guards.constant(f"{source}.__name__", value.__name__, line)
+        return ObjVar(value, source)
     if isinstance(value, torch.amp.autocast):
         # made by an earlier entry, entered by this one: its resolved arguments are guarded
         guards.type_of(source, value, line)
@@ -184,6 +206,26 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         return ObjVar(value, source, identity=pin)
     guards.identity(source, value, line)
     return ObjVar(value, source)
+
+
+def _object_key(tx: Tracer, key: Any, source: str) -> IdentityKey:
+    """A key of a dict from outside the graph that eager hashes by its address (a tensor, a
+    module): the very object is guarded, as a lookup or `in` test with another object of the
+    trace was answered by identity."""
+    if not isinstance(key, torch.Tensor) and type(key).__hash__ is not object.__hash__:
+        raise Break("a dict keyed by objects hashed by value, from outside the graph")
+    if source.startswith("list(L[") and tx.resumed:
+        # a local dict after a graph break is made anew on every call, its keys with it:
+        # guarded by identity, it would recompile on every call (an argument is guarded so,
+        # as torch.compile guards it)
+        raise Break("a dict keyed by tensors or other objects, made before a graph break")
+    tx.guards.identity(source, key, tx.builder.line)
+    var = wrap(tx, key, source)
+    identity = ops_of(var).identity
+    obj = identity(var) if identity is not None else NotImplemented
+    if obj is NotImplemented or obj is None:
+        raise Break("a dict keyed by objects hashed by value, from outside the graph")
+    return IdentityKey(var, obj)
 
 
 # The items of a set read from the frame that the trace takes in: those whose repr is Python

@@ -310,6 +310,21 @@ def test_python_int_arguments_become_dynamic_once_they_change():
     assert isinstance(placeholders[1].meta["example_value"], torch.SymInt)
 
 
+@pytest.mark.parametrize(
+    "index",
+    [lambda x, i: x[i] * 2, lambda x, i: x[i % 5] + x[-1 - i % 5], lambda x, i: x[i % 3, 1:]],
+    ids=["x[i]", "x[i % 5]", "x[i % 3, 1:]"],
+)
+def test_indexing_by_a_python_int_that_changes_compiles_twice(index):
+    # the int is a symbolic graph input after its first change; x[i] read it as a concrete
+    # int (a guard per value: a recompile on every call until the frame ran eagerly)
+    def f(x, i):
+        return index(x, i)
+
+    compiled = sweep(f, lambda n: (torch.randn(5, 4), n), sizes=[0, 1, 2, 3, 4])
+    assert len(report(compiled).entries) == 2
+
+
 def test_iterating_over_a_dynamic_dim_specialises_it():
     def f(x):
         total = x[0]

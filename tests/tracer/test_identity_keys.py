@@ -11,7 +11,7 @@ import torch
 
 import compiler
 
-from .helpers import Cases, T, check, check_module
+from .helpers import Cases, RecordingBackend, T, check, check_module
 
 case = Cases()
 
@@ -177,16 +177,26 @@ def test_an_outside_dict_gets_tensor_keys():
     torch.testing.assert_close(keys[2], x * 2)
 
 
-def test_a_dict_keyed_by_objects_from_outside_breaks_the_graph_and_runs_right():
-    # its keys have no source for the items nor a guard; before, the guard code did not
-    # compile (a class's repr as a key) and the whole frame ran eagerly
+def test_a_dict_argument_keyed_by_classes_is_one_graph():
+    # its keys are read through `list(t.keys())[i]` and guarded as the very objects, as
+    # torch.compile guards them; before, the graph broke there
     table = {torch.nn.Linear: 2.0, torch.nn.ReLU: 3.0}
 
     def fn(x, t):
         y = x + 1
-        return y * t[torch.nn.Linear]
+        return y * t[torch.nn.Linear], torch.nn.Tanh in t
 
-    check(fn, T(3), lambda: table, graphs=2, breaks=1)
+    check(fn, T(3), lambda: table, graphs=1, breaks=0)
+
+
+def test_a_dict_argument_keyed_by_tensors_is_one_graph():
+    keys = [torch.randn(2), torch.randn(2)]
+    table = {keys[0]: torch.ones(2), keys[1]: 2.0}
+
+    def fn(x, d):
+        return x + d[keys[1]] + len(d), d[keys[0]] * x, x in d, list(d.values())
+
+    check(fn, T(2), lambda: dict(table), graphs=1, breaks=0)
 
 
 def test_tensor_keys_survive_a_graph_break():
@@ -196,3 +206,42 @@ def test_tensor_keys_survive_a_graph_break():
         return d[x] + d[y], list(d.values())
 
     check(fn, T(3), T(3))  # the dict is read from the frame after the break: see above
+
+
+_KEYS = [torch.randn(2), torch.randn(2)]
+_TABLE = {_KEYS[0]: 1.0, _KEYS[1]: 2.0}
+_CLASSES = {torch.nn.Linear: 2.0, torch.nn.ReLU: 3.0}
+
+
+def test_a_global_dict_keyed_by_tensors_is_one_graph():
+    # its keys are read through `list(d.keys())[i]` and guarded as the very objects (a
+    # lookup with another tensor of the trace is answered by identity); the graph broke
+    def fn(x):
+        s = 0
+        for k, v in _TABLE.items():
+            s = s + k * v
+        return x + s + _TABLE[_KEYS[0]] + len(_TABLE), _KEYS[1] in _TABLE
+
+    check(fn, T(2), graphs=1, breaks=0)
+
+
+def test_a_global_dict_keyed_by_classes_is_one_graph():
+    def fn(x):
+        return x * _CLASSES[torch.nn.Linear], torch.nn.Tanh in _CLASSES
+
+    check(fn, T(3), graphs=1, breaks=0)
+
+
+def test_a_global_dict_keyed_by_tensors_is_guarded_by_its_keys():
+    table = {torch.ones(2): 1.0}
+    backend = RecordingBackend()
+
+    def fn(x):
+        return x + sum(k * v for k, v in table.items())
+
+    compiled = compiler.compile(fn, backend=backend)
+    x = torch.randn(2)
+    torch.testing.assert_close(compiled(x), fn(x))
+    table.clear()
+    table[torch.full((2,), 3.0)] = 2.0  # another key object: the entry is not reused
+    torch.testing.assert_close(compiled(x), fn(x))

@@ -131,3 +131,51 @@ def test_attributes_written_between_calls_are_read_anew(capsys):
         holder.loss, holder.logits = torch.full((1,), v), torch.full((1,), -v)
         x = torch.randn(3)
         assert_same(read(x), compiled(x))
+
+
+@dataclass
+class Point:
+    x: torch.Tensor
+    scale: float = 2.0
+
+    def total(self):
+        return self.x * self.scale
+
+
+def calls_a_method(p):
+    return p.total() + 1
+
+
+class _Holder:
+    def __init__(self):
+        self.scale = 1.0
+
+
+def test_a_new_argument_object_per_call_reuses_the_entry():
+    # calling a method of the object pinned the object itself (the optimizer test read it):
+    # a recompile on every call until the cache limit
+    for fn in (calls_a_method,):
+        compiler.reset()
+        compiled = compiler.compile(fn, backend=RecordingBackend())
+        for _ in range(4):
+            x = torch.randn(3)
+            eager_p, compiled_p = Point(x.clone(), 1.5), Point(x.clone(), 1.5)
+            assert_same(fn(eager_p), compiled(compiled_p))
+            assert compiled_p.scale == eager_p.scale
+        reasons = [e.recompile_reason for e in _entries(compiled)]
+        assert reasons == [None], (fn.__name__, reasons)
+
+
+def test_an_attribute_written_through_one_argument_is_read_through_another_as_eager():
+    # the write pins the object: what the trace read through `q` holds while p is q (or not)
+    def fn(x, p, q):
+        p.scale = 5.0
+        return x * q.scale
+
+    compiled = compiler.compile(fn, backend=RecordingBackend())
+    x = torch.ones(2)
+    for same in (True, False, True):
+        a, b = _Holder(), _Holder()
+        ea, eb = _Holder(), _Holder()
+        out = compiled(x, a, a if same else b)
+        assert_same(fn(x, ea, ea if same else eb), out)

@@ -172,7 +172,8 @@ JumpIfFalseOrPop = opcode("JUMP_IF_FALSE_OR_POP", until=(3, 12))(_jump_or_pop(Fa
 JumpIfTrueOrPop = opcode("JUMP_IF_TRUE_OR_POP", until=(3, 12))(_jump_or_pop(True))
 
 
-# ---- generators: only inlined, run to completion in the trace (generators.py) ---------------
+# ---- generators: only inlined, run to completion in the trace (generators.py) or a step at
+# a time (a @contextmanager's generator, values/context_managers.py) ----------------------------
 
 
 @opcode("RETURN_GENERATOR")
@@ -186,7 +187,11 @@ class ReturnGenerator:
 @opcode("YIELD_VALUE")
 class YieldValue:
     def traced(tx, frame, ins):
-        if frame.yields is None:
+        if frame.suspend:  # paused here until the trace resumes it (Tracer.resume)
+            frame.yielded = tx.pop(frame)
+            frame.yield_pc = frame.pc
+        elif frame.yields is None:
             raise Break("yield outside an inlined generator")
-        frame.yields.append(tx.pop(frame))
+        else:
+            frame.yields.append(tx.pop(frame))
         tx.push(frame, ConstVar(None))  # the value sent back in

@@ -11,7 +11,7 @@ from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import is_simple_exception_class
 from compiler.tracer.opcodes.registry import opcode
-from compiler.tracer.values.table import describe
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     AutocastExitVar,
     AutocastVar,
@@ -172,7 +172,11 @@ class BeforeWith:
             prev = tx.builder.grad_enabled if ctx.prev is None else ctx.prev
             if ctx.enabled is not None:
                 tx.builder.set_grad_enabled(ctx.enabled)
-            tx.push(frame, GradExitVar(prev))
+            if ctx.inference_at is not None:
+                tx.builder.inference += 1
+                if tx.builder.inference_at is None:
+                    tx.builder.inference_at = ctx.inference_at
+            tx.push(frame, GradExitVar(prev, ctx.inference_at))
             tx.push(frame, ConstVar(None))
             return
         if isinstance(ctx, AutocastVar):
@@ -184,6 +188,13 @@ class BeforeWith:
             tx.builder.set_autocast(ctx.device_type, (ctx.enabled, ctx.dtype, False))
             tx.push(frame, AutocastExitVar(ctx.device_type, before))
             tx.push(frame, ConstVar(None))
+            return
+        enter_kind = ops_of(ctx).enter
+        if enter_kind is not None:
+            exit_, value = enter_kind(tx, ctx)
+            frame.stack.pop()
+            tx.push(frame, exit_)
+            tx.push(frame, value)
             return
         enter, exit_ = python_context_methods(ctx)
         frame.stack.pop()

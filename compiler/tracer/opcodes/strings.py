@@ -5,9 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.tracer.breaks import Break
+from compiler.tracer.exceptions import materialize
 from compiler.tracer.opcodes.registry import opcode
 from compiler.tracer.shapes import concrete as concrete_value
-from compiler.tracer.variables import ConstVar, ObjVar, Var, as_python_constant, is_python_constant
+from compiler.tracer.variables import (
+    ConstVar,
+    ExceptionVar,
+    ObjVar,
+    Var,
+    as_python_constant,
+    is_python_constant,
+)
 
 # `!s`, `!r` and `!a`, by the number the bytecode gives them
 CONVERSIONS = {1: str, 2: repr, 3: ascii}
@@ -18,7 +26,10 @@ def _convert(value: Any, conversion: int) -> Any:
 
 
 def _formatted(v: Var) -> Any:
-    """The Python value of `v` that an f-string formats: a constant, never a tensor."""
+    """The Python value of `v` that an f-string formats: a constant, never a tensor (an
+    exception raised in the trace formats as the real one made from its arguments)."""
+    if isinstance(v, ExceptionVar):
+        return materialize(v)
     if not is_python_constant(v) or isinstance(v, ObjVar):
         raise Break("an f-string formats a value that is not a Python constant")
     return concrete_value(as_python_constant(v))  # a symbolic size formats as its value

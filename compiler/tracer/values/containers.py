@@ -192,9 +192,36 @@ LIST_METHODS: dict[str, Method] = {
         lambda tx, items, args: items.pop(as_python_constant(args[0]) if args else -1)
     ),
     "clear": _list_change(lambda tx, items, args: items.clear()),
+    "remove": _list_change(lambda tx, items, args: _list_remove(tx, items, args)),
     "reverse": _list_change(lambda tx, items, args: items.reverse()),
     "sort": lambda tx, lst, args, kwargs: _list_sort(tx, lst, args, kwargs),
 }
+
+
+def _list_remove(tx: Tracer, items: list[Var], args: list[Var]) -> None:
+    """`lst.remove(v)`: the first item equal to v, compared as list.index compares it."""
+    for i, item in enumerate(items):
+        if operations.equal_items(tx, item, args[0]):
+            del items[i]
+            return
+    message = ConstVar("list.remove(x): x not in list")
+    raise Raised(ExceptionVar(ValueError, [message]))
+
+
+def _namedtuple_replace(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`nt._replace(**changes)` of a namedtuple: a new one of its class."""
+    fields = tuple_fields(t.cls)
+    if args or tuple_kind(t.cls) != "namedtuple" or set(kwargs) - set(fields):
+        message = ConstVar(f"Got unexpected field names: {sorted(set(kwargs) - set(fields))!r}")
+        raise Raised(ExceptionVar(ValueError, [message]))
+    items = [kwargs.get(name, item) for name, item in zip(fields, t.items)]
+    return TupleVar(items, cls=t.cls)
+
+
+def _namedtuple_asdict(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if args or kwargs or tuple_kind(t.cls) != "namedtuple":
+        raise Break("_asdict() of this tuple")
+    return DictVar(dict(zip(tuple_fields(t.cls), t.items)))
 
 
 def _list_sort(tx: Tracer, lst: ListVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -267,6 +294,8 @@ VALUE_OPS[TupleVar] = ValueOps(
     methods={
         "index": _search_method("index", _tuple_fold_method("index")),
         "count": _search_method("count", _tuple_fold_method("count")),
+        "_replace": _namedtuple_replace,
+        "_asdict": _namedtuple_asdict,
     },
     getitem=_sequence_getitem,
     binary=_sequence_binary,
@@ -338,6 +367,39 @@ def _dict_update(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str, Var
     items.update(kwargs)
 
 
+def _dict_popitem(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`d.popitem()` (the last item), `od.popitem(last=False)` of an OrderedDict (whose items
+    an OrderedDict built in the trace holds in a plain dict's: objects.object_method)."""
+    last = as_python_constant(args[0] if args else kwargs.get("last", ConstVar(True)))
+    items = operations.mutable_dict(tx, d).items
+    if not items:
+        message = "popitem(): dictionary is empty" if d.cls is dict else "dictionary is empty"
+        raise Raised(ExceptionVar(KeyError, [ConstVar(message)]))
+    key = next(reversed(items)) if last else next(iter(items))
+    value = items.pop(key)
+    refresh_views(d)
+    return TupleVar([key_var(key), value])
+
+
+def _move_to_end(tx: Tracer, d: DictVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`od.move_to_end(key, last=True)` of an OrderedDict (a plain dict has none: _dict_attr)."""
+    key = operations.dict_key(args[0])
+    last = as_python_constant(args[1] if len(args) > 1 else kwargs.get("last", ConstVar(True)))
+    items = operations.mutable_dict(tx, d).items
+    if key not in items:
+        raise Raised(ExceptionVar(KeyError, [args[0]]))
+    value = items.pop(key)
+    if last:
+        items[key] = value
+    else:
+        rest = dict(items)
+        items.clear()
+        items[key] = value
+        items.update(rest)
+    refresh_views(d)
+    return ConstVar(None)
+
+
 def _dict_setdefault(tx: Tracer, items: dict, args: list[Var], kwargs: dict[str, Var]) -> Var:
     key = operations.dict_key(args[0])
     return items.setdefault(key, args[1] if len(args) > 1 else ConstVar(None))
@@ -393,6 +455,8 @@ DICT_METHODS: dict[str, Method] = {
     "pop": _dict_change(_dict_pop("pop")),
     "update": _dict_change(_dict_update),
     "setdefault": _dict_change(_dict_setdefault),
+    "popitem": _dict_popitem,
+    "move_to_end": _move_to_end,
     "clear": _dict_change(lambda tx, items, args, kwargs: items.clear()),
 }
 
@@ -406,9 +470,17 @@ def dict_method(tx: Tracer, d: DictVar, name: str, args: list[Var], kwargs: dict
     raise Break(f"dict.{name} is not traced")
 
 
+# OrderedDict's methods that dict lacks (an OrderedDict built in the trace holds a plain
+# dict's items: objects.object_method calls these on them)
+_ORDERED_ONLY = frozenset({"move_to_end"})
+
+
 def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
     if name == "default_factory" and d.default is not None:
         return d.default
+    if name in _ORDERED_ONLY and not issubclass(d.cls, collections.OrderedDict):
+        message = ConstVar(f"'{d.cls.__name__}' object has no attribute '{name}'")
+        raise Raised(ExceptionVar(AttributeError, [message]))
     if d.cls is not dict:
         method = python_method(d.cls, name)  # a dict subclass's own method
         if method is not None:

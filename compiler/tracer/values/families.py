@@ -4,6 +4,10 @@ dispatches over them), so that each registers its kinds in table.VALUE_OPS."""
 from compiler.tracer.values import (  # noqa: F401
     autograd_functions,
     containers,
+    context_managers,
+    counters,
+    dataclass_calls,
+    deques,
     functions,
     iterators,
     itertools,

@@ -4,13 +4,16 @@ NULL pushed below a callable."""
 
 from __future__ import annotations
 
+import functools
 import types
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from compiler import optim
 from compiler.tracer import builtin_fns, calls
+from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.hints import call_kind
@@ -45,6 +48,11 @@ def _describe(fn: FunctionVar) -> str:
 def _attr(tx: Tracer, fn: FunctionVar, name: str) -> Var:
     if name == "__class__":
         return ObjVar(types.FunctionType)
+    if fn.fn is None and fn.wrapped is not None:
+        if name == "__wrapped__":
+            return fn.wrapped
+        if name in functools.WRAPPER_ASSIGNMENTS:
+            return ops.load_attr(tx, fn.wrapped, name)
     if fn.fn is None:  # made in the trace by MAKE_FUNCTION
         if name in ("__name__", "__qualname__"):
             return ConstVar(fn.name or fn.code.co_name)
@@ -92,6 +100,9 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
     ):
         return _call_grad_decorated(tx, fn, args, kwargs)
     if real is not None:
+        by_code = calls.CALL_BY_CODE.get(real.__code__)
+        if by_code is not None:
+            return by_code(tx, fn, args, kwargs)
         special = builtin_fns.SPECIAL.get(real)
         if special is not None:
             return special(tx, args, kwargs)
@@ -117,23 +128,34 @@ def _call(tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) 
 def _call_grad_decorated(
     tx: Tracer, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]
 ) -> Var:
-    """A function decorated with @torch.no_grad() / @torch.enable_grad(): the wrapped function
-    is inlined with the grad mode switched around it."""
+    """A function decorated with @torch.no_grad() / @torch.enable_grad() /
+    @torch.inference_mode(): the wrapped function is inlined with the grad mode switched
+    around it."""
     real = fn.fn
     closure = dict(
         zip(real.__code__.co_freevars, (c.cell_contents for c in real.__closure__ or ()))
     )
     factory = closure.get("ctx_factory")
     ctx = factory() if callable(factory) else None
-    if type(ctx) not in (torch.no_grad, torch.enable_grad):
+    if type(ctx) not in (torch.no_grad, torch.enable_grad, torch.inference_mode):
         raise Break(
             f"call to {describe(fn)} runs in Python (a context-manager decorator)",
             "context_manager",
         )
-    enabled = type(ctx) is torch.enable_grad
+    inference = type(ctx) is torch.inference_mode and ctx.mode
+    enabled = False if inference else None if type(ctx) is torch.inference_mode else (
+        type(ctx) is torch.enable_grad
+    )
     prev = tx.builder.grad_enabled
-    tx.builder.set_grad_enabled(enabled)
-    result = calls.call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
+    if enabled is not None:
+        tx.builder.set_grad_enabled(enabled)
+    tx.builder.inference += inference
+    if inference and tx.builder.inference_at is None:
+        tx.builder.inference_at = tx.root_pc
+    try:
+        result = calls.call(tx, FunctionVar(fn=real.__wrapped__), args, kwargs)
+    finally:
+        tx.builder.inference -= inference
     tx.builder.set_grad_enabled(prev)
     return result
 
@@ -156,12 +178,35 @@ def _rebuild(em: Emitter, fn: FunctionVar) -> str:
         closure = "(" + "".join(em.cell(c) + ", " for c in fn.closure) + ")"
     defaults = em.expr(fn.defaults) if fn.defaults is not None else "None"
     made = f"{em.ref(types.FunctionType, 'cls')}({em.ref(fn.code, 'code')}, {em.ref(fn.globals, 'g')}, {fn.name!r}, {defaults}, {closure})"
+    if fn.wrapped is not None:
+        made = f"{em.ref(functools.update_wrapper, 'fn')}({made}, {em.expr(fn.wrapped)})"
     if fn.kwdefaults is None and fn.annotations is None:
         return made
     kwdefaults, annotations = (
         em.expr(v) if v is not None else "None" for v in (fn.kwdefaults, fn.annotations)
     )
     return f"{em.ref(_with_attributes, 'fn')}({made}, {kwdefaults}, {annotations})"
+
+
+@dataclass(eq=False)
+class WrapsVar(Var):
+    """`functools.wraps(wrapped)`: the decorator that gives a wrapper `wrapped`'s names."""
+
+    wrapped: Var
+
+
+def _wraps(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if len(args) != 1 or kwargs:
+        raise Break("functools.wraps with assigned= or updated= runs in Python")
+    return WrapsVar(args[0])
+
+
+def _apply_wraps(tx: Tracer, w: WrapsVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    wrapper = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(wrapper, FunctionVar) or wrapper.fn is not None:
+        raise Break("functools.wraps over a function not made in the trace runs in Python")
+    wrapper.wrapped = w.wrapped
+    return wrapper
 
 
 def _same_function(a: FunctionVar, b: Var) -> bool | None:
@@ -188,6 +233,9 @@ VALUE_OPS[FunctionVar] = ValueOps(
     rebuild=_rebuild,
     one_object=True,
 )
+
+VALUE_OPS[WrapsVar] = ValueOps(call=_apply_wraps, truth=_always)
+builtin_fns.SPECIAL[functools.wraps] = _wraps
 
 VALUE_OPS[MethodVar] = ValueOps(
     call=lambda tx, m, args, kwargs: calls.call(tx, m.func, [m.self_var, *args], kwargs),

@@ -291,12 +291,18 @@ def _rebuild(em: Emitter, s: SetVar) -> str:
     return f"frozenset({items})" if s.cls is frozenset else items
 
 
-def _replay(em: Emitter, s: SetVar, lines: list[str]) -> None:
-    if s.mutated and s.source:
-        new = em.temp(f"[{', '.join(em.expr(i) for i in s.items)}]")
-        target = em.snapshot(s.source)
-        lines.append(f"    {target}.clear()")
-        lines.append(f"    {target}.update({new})")
+def refill_replay(method: str) -> Callable[[Emitter, Any, list[str]], None]:
+    """The replay of a container from outside the graph that the trace changed: emptied, then
+    refilled with its items by `method` (a set's update, a deque's extend)."""
+
+    def replay(em: Emitter, v: Any, lines: list[str]) -> None:
+        if v.mutated and v.source:
+            new = em.temp(f"[{', '.join(em.expr(i) for i in v.items)}]")
+            target = em.snapshot(v.source)
+            lines.append(f"    {target}.clear()")
+            lines.append(f"    {target}.{method}({new})")
+
+    return replay
 
 
 VALUE_OPS[SetVar] = ValueOps(
@@ -309,7 +315,7 @@ VALUE_OPS[SetVar] = ValueOps(
     rebuild=_rebuild,
     one_object=True,
     replay_children=lambda s: list(s.items),
-    replay=_replay,
+    replay=refill_replay("update"),
 )
 
 

@@ -56,6 +56,8 @@ class ValueOps:
     foldable: bool = True  # an operator over two constants of this kind runs at trace time
     unary: Callable[[Tracer, Callable, Any], Var] | None = None
     truth: Callable[[Tracer, Any], bool] | None = None
+    # `with v:`: what BEFORE_WITH leaves, the exit callable and the value of __enter__()
+    enter: Callable[[Tracer, Any], tuple[Var, Var]] | None = None
     same: Callable[[Any, Var], bool | None] | None = None  # `a is b`; None: undecided
     # the object whose address eager's dict hashes the value by (a tensor's fake, a module);
     # NotImplemented, or no handler: the value is hashed as the constant it is
@@ -64,6 +66,10 @@ class ValueOps:
     iterate: Callable[[Tracer, Any], list[Var]] | None = None
     get_iter: Callable[[Tracer, Any], Var] | None = None
     rebuild: Callable[[Emitter, Any], str] | None = None
+    # a value that lives only in the trace (a generator paused in it): the root-frame
+    # instruction that made it, where the trace restarts if the value outlives the graph
+    # (None: this one may outlive it)
+    made_at: Callable[[Any], int | None] | None = None
     source_first: bool = True  # rebuilt from its source where it has one
     one_object: bool = False  # a mutable object: rebuilt once, however often referenced
     # the values a replay of side effects visits under this one, and the replay itself

@@ -8,10 +8,18 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from compiler.tracer.breaks import Break
+from compiler.tracer.breaks import Break, Restart
 from compiler.tracer.hints import tensor_method_kind
 from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
-from compiler.tracer.variables import AttrCallVar, ConstVar, TensorVar, Var, is_python_constant
+from compiler.tracer.variables import (
+    AttrCallVar,
+    ConstVar,
+    SliceVar,
+    TensorVar,
+    TupleVar,
+    Var,
+    is_python_constant,
+)
 from compiler.tracer.wrap import wrap
 
 if TYPE_CHECKING:
@@ -66,7 +74,23 @@ def _attr(tx: Tracer, t: TensorVar, name: str) -> Var:
     raise Break(f"tensor attribute {name!r} is not traced")
 
 
+def _is_inference(tx: Tracer, t: TensorVar) -> Var:
+    """`t.is_inference()`: a tensor the graph computes in a torch.inference_mode() region is
+    no inference tensor (the graph computes it as no_grad would), so such a region runs in
+    Python; one computed while inference mode was on at the entry's start is."""
+    if tx.builder.inference_at is not None:
+        raise Restart(
+            tx.builder.inference_at,
+            "Tensor.is_inference() after a torch.inference_mode() region: the region runs in "
+            "Python",
+        )
+    real = tx.builder.real_input(t)
+    return ConstVar(real.is_inference() if real is not None else torch.is_inference_mode_enabled())
+
+
 def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if name == "is_inference" and not args and not kwargs:
+        return _is_inference(tx, t)
     reason = _BREAK_TENSOR_METHODS.get(name)
     if reason:
         raise Break(reason, tensor_method_kind(name))
@@ -106,6 +130,35 @@ def _iterate(tx: Tracer, t: TensorVar) -> list[Var]:
     ]
 
 
+def _getitem(tx: Tracer, t: TensorVar, index: Var) -> Var:
+    parts = index.items if isinstance(index, TupleVar) and index.cls is tuple else [index]
+    if any(_is_symint(p) for p in parts) and all(
+        _is_symint(p) or isinstance(p, (ConstVar, SliceVar)) and _int_or_slice(p) for p in parts
+    ):
+        # `x[i]`, `x[i, 1:]` by a Python int that became a graph input (shapes.py): tensor
+        # indexing reads a symbolic int as a concrete one (a guard per value, a recompile per
+        # call); select, dim by dim, keeps it symbolic
+        out, dim = t, 0
+        for p in parts:
+            if isinstance(p, SliceVar):
+                whole = [SliceVar(ConstVar(None), ConstVar(None), ConstVar(None))] * dim
+                key = TupleVar([*whole, p])
+                out = tx.builder.call("call_function", operator.getitem, [out, key], {})
+                dim += 1
+            else:
+                out = tx.builder.call("call_function", torch.select, [out, ConstVar(dim), p], {})
+        return out
+    return tx.builder.call("call_function", operator.getitem, [t, index], {})
+
+
+def _is_symint(v: Var) -> bool:
+    return isinstance(v, ConstVar) and isinstance(v.value, torch.SymInt)
+
+
+def _int_or_slice(v: Var) -> bool:
+    return isinstance(v, SliceVar) or type(v.value) is int
+
+
 def _rebuild(em: Emitter, t: TensorVar) -> str:
     if t.node.op == "placeholder" and t.source:
         return t.source
@@ -116,7 +169,7 @@ VALUE_OPS[TensorVar] = ValueOps(
     describe=lambda t: "a tensor",
     attr=_attr,
     method=_method,
-    getitem=lambda tx, t, index: tx.builder.call("call_function", operator.getitem, [t, index], {}),
+    getitem=_getitem,
     setitem=_setitem,
     operators=_operators,
     unary=lambda tx, op, t: tx.builder.call("call_function", op, [t], {}),

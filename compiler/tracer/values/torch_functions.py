@@ -72,11 +72,11 @@ def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]
 
 
 def is_optimizer(v: Var) -> bool:
-    return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.Optimizer)
+    return isinstance(v, ObjVar) and isinstance(v.held, torch.optim.Optimizer)
 
 
 def is_lr_scheduler(v: Var) -> bool:
-    return isinstance(v, ObjVar) and isinstance(v.value, torch.optim.lr_scheduler.LRScheduler)
+    return isinstance(v, ObjVar) and isinstance(v.held, torch.optim.lr_scheduler.LRScheduler)
 
 
 def optimizer_reason(method: str, opt: torch.optim.Optimizer) -> str:
@@ -146,6 +146,8 @@ builtin_fns.SPECIAL.update(
 
 
 def _grad_exit(tx: Tracer, fn: GradExitVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if fn.inference_at is not None:
+        tx.builder.inference -= 1
     tx.builder.set_grad_enabled(fn.restore)
     return ConstVar(None)
 
@@ -160,7 +162,9 @@ VALUE_OPS[GradModeVar] = ValueOps(
     rebuild=lambda em, v: f"{em.ref(torch.set_grad_enabled, 'fn')}({v.enabled})",
 )
 VALUE_OPS[GradExitVar] = ValueOps(
+    describe=lambda v: "a torch.inference_mode() block" if v.inference_at is not None else "a grad-mode block's exit",
     call=_grad_exit,
+    made_at=lambda v: v.inference_at,
     rebuild=lambda em, v: em.ref(reconstruct.GradRestore(v.restore), "exit"),
 )
 VALUE_OPS[AutocastVar] = ValueOps(

@@ -128,6 +128,8 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
 
 
 def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
+    # by `value`: a write pins the object itself, as what the trace reads through another
+    # reference to it (or to another object) holds only while the two stay the same (or not)
     if not isinstance(obj.value, torch.nn.Module):
         if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
             return None
@@ -269,6 +271,23 @@ def _rbinary(tx: Tracer, op: Callable, a: Var, b: Var) -> Any:
     if names is None or objects.class_of(a) is objects.class_of(b):
         return NotImplemented  # Python reflects only onto another class
     return _answer(objects.call_dunder(tx, b, names[1], [a]))
+
+
+_UNARY_METHODS = {
+    operator.neg: "__neg__",
+    operator.pos: "__pos__",
+    operator.invert: "__invert__",
+    operator.abs: "__abs__",
+}
+
+
+def _unary(tx: Tracer, op: Callable, a: Var) -> Var:
+    """`-a`, `+a`, `~a`, `abs(a)` by the method a's class writes in Python."""
+    name = _UNARY_METHODS.get(op)
+    out = objects.call_dunder(tx, a, name, []) if name is not None else None
+    if name is None or not objects.found(out):
+        raise Break(f"operator {op.__name__} on {describe(a)} is not traced")
+    return out
 
 
 # ---- subscripts, truth, membership, iteration of real objects ----------------------------------
@@ -483,6 +502,7 @@ VALUE_OPS[NewObjectVar] = ValueOps(
     binary=_binary,
     rbinary=_rbinary,
     own_operators=True,
+    unary=_unary,
     truth=_new_object_truth,
     identity=lambda v: v if _hashed_by_address(v.cls) else NotImplemented,
     contains=_new_object_contains,

@@ -467,7 +467,7 @@ class _Compiled:
         prefix = f"{self.part} graph: " * bool(self.part) + "size-generic kernels: "
         note = (
             f"{prefix}{len(self.generic)} of {len(kernels)} kernels run code compiled once "
-            "for every size (sizes passed as int64_t arguments)"
+            "for every size (sizes passed as arguments)"
         )
         notes = self.record.notes
         notes[:] = [n for n in notes if not n.startswith(prefix)] + [note]
@@ -485,6 +485,8 @@ class _Compiled:
                 if k.name in self.shared:
                     config["compiled_as"] = self.shared[k.name]  # the same code, compiled once
                 sized = self.generic.get(k.name)
+                if sized is not None and sized.generic.configs:  # Triton: its range's blocks
+                    config.update(sized.config)
                 rec.kernels.append(
                     KernelRecord(
                         k.name,
@@ -499,6 +501,8 @@ class _Compiled:
                         size_generic=sized.generic.name if sized else "",
                         generic_source=sized.generic.source if sized else "",
                         size_args=dict(sized.sizes) if sized else {},
+                        # the generic kernel's own list: it grows as later sizes call it
+                        sizes_served=sized.generic.served if sized else [],
                     )
                 )
             else:

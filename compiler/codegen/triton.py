@@ -18,6 +18,7 @@ import re
 import torch
 
 from compiler import config as settings
+from compiler.codegen import size_args, triton_sized
 from compiler.codegen.common import KernelEmitter, KernelSource, store_order
 from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
 from compiler.ir.index import Index
@@ -317,12 +318,23 @@ class TritonEmitter(KernelEmitter):
         return INTERPRETED_PROCESSORS
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
-        return kernel_source(group, schedule)
+        kernel = kernel_source(group, schedule)
+        if not size_args.generic_kernels():
+            # noted for the first dynamic size of this graph: its one generic load
+            triton_sized.note_sample(kernel)
+        return kernel
 
     def load(self, kernel: KernelSource, mode: str | None):
         from compiler.runtime.triton_launch import load_kernel
 
         return load_kernel(kernel, mode)
+
+    def load_many(self, kernels, mode: str | None) -> list:
+        """A dynamic graph's kernels run size-generic functions where there are some
+        (compiler/codegen/triton_sized.py); a static graph's load one by one."""
+        if size_args.generic_kernels():
+            return triton_sized.load_sized(kernels, mode)
+        return [self.load(k, mode) for k in kernels]
 
     def warm_up(self, kernels, device: torch.device) -> list[str]:
         """On a GPU, every kernel compiled before the first call, several at a time (the

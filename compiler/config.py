@@ -39,6 +39,13 @@ The settings, as torch._dynamo.config names them:
   are not multiples of 16 bytes (a vocabulary of 50257) run on zero-padded operands, for
   cuBLAS's aligned kernels (compiler/aot/pad_matmul.py). "auto": on CUDA only; True: on any
   device (the CPU tests use it); False: never. Read when a graph is compiled.
+- `cudagraph_size_limit` (default 512): under mode="reduce-overhead", how many sizes of one
+  dynamic graph get a CUDA graph of their own (recorded at the size's first call, replayed
+  at its later ones, all in one memory pool). Later sizes run their kernels without a graph,
+  which the graph's record says, with one `CompilerWarning`. torch.compile also records a
+  graph per distinct size (cudagraph trees), warning past 8 and re-recording a function at
+  most 128 times (cudagraph_unexpected_rerecord_limit); a generation loop of 256 new tokens
+  after its prompt needs 257 sizes, hence the larger default.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ verbose: bool = False
 automatic_dynamic_shapes: bool = True
 emulate_precision_casts: bool = False
 pad_matmuls: bool | str = "auto"
+cudagraph_size_limit: int = 512
 
 _SETTINGS = (
     "cache_size_limit",
@@ -62,6 +70,7 @@ _SETTINGS = (
     "automatic_dynamic_shapes",
     "emulate_precision_casts",
     "pad_matmuls",
+    "cudagraph_size_limit",
 )
 
 

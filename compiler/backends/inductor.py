@@ -408,7 +408,7 @@ class _Compiled:
                 mode = None
             if note not in self.record.notes:
                 self.record.notes.append(note)
-        run = _runner(call, aot, mode, device, mutated, self.record.notes, self.part)
+        run = _runner(call, aot, mode, device, mutated, self.record, self.part)
         run = alias_safe(run, self.gm.forward, mutated, self.record, self.inputs)
         run.mutated_inputs = mutated
         return run
@@ -558,7 +558,7 @@ def _runner(
     mode: str | None,
     device: torch.device,
     mutated: list[int],
-    notes: list[str],
+    record: GraphRecord,
     part: str,
 ) -> Callable:
     """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output`, as eager returns it
@@ -566,14 +566,16 @@ def _runner(
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
     _, spec = tree_flatten(plain_containers(output.args[0]))
     if mode == "reduce-overhead" and device.type == "cuda":
-        from compiler.runtime.cudagraphs import CudaGraphRunner
+        from compiler.runtime.cudagraphs import CudaGraphRunner, SizeGraphs
 
+        label = f"{part} graph: " * bool(part)
         call = CudaGraphRunner(
             call,
             mutated,
             aot.internal_from,
             aot.gradients_out,
-            notes,
-            f"{part} graph: " * bool(part),
+            record.notes,
+            label,
+            SizeGraphs.of(record, label, record.notes),  # one record for all its sizes
         )
     return returning_as_eager(call, aot.outputs, spec)

@@ -36,12 +36,13 @@ def builds(tmp_path, monkeypatch):
     size_args.clear()
 
 
-def sweep(fn, make_args, builds, sizes=SIZES, atol=1e-5, rtol=1e-5):
-    """Compiled vs eager at each size; returns the C++ builds each size cost."""
+def sweep(fn, make_args, builds, sizes=SIZES, atol=1e-5, rtol=1e-5, device="cpu"):
+    """Compiled vs eager at each size; returns what each size added to `builds` (the C++
+    builds here; tests/codegen/test_triton_size_generic.py counts Triton modules loaded)."""
     compiled = compiler.compile(fn)
     per_size = []
     for n in sizes:
-        args = make_args(n)
+        args = [a.to(device) for a in make_args(n)]
         before = len(builds)
         with torch.no_grad():
             expected = fn(*args)

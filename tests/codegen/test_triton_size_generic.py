@@ -27,6 +27,7 @@ from tests.codegen.test_size_generic import (
     reductions,
     views,
 )
+from tests.codegen.test_size_generic import sweep as sweep_sizes
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICES = [
@@ -61,20 +62,11 @@ def loads(tmp_path, monkeypatch):
     size_args.clear()
 
 
-def sweep(fn, make_args, loads, device, sizes=SIZES, atol=1e-5, rtol=1e-5, specialised=SPECIALISED):
+def sweep(fn, make_args, loads, device, atol=1e-5, rtol=1e-5, specialised=SPECIALISED):
     """Compiled vs eager at each size, then at the specialised sizes and a new one; returns
     the Triton kernels each size loaded."""
-    compiled = compiler.compile(fn)
-    per_size = []
-    for n in (*sizes, *specialised, 11):
-        args = [a.to(device) for a in make_args(n)]
-        before = len(loads)
-        with torch.no_grad():
-            expected = fn(*args)
-            actual = compiled(*args)
-        torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, msg=f"size {n}")
-        per_size.append(len(loads) - before)
-    return compiled, per_size
+    sizes = (*SIZES, *specialised, 11)
+    return sweep_sizes(fn, make_args, loads, sizes, atol, rtol, device)
 
 
 def generic_kernels(compiled) -> list:

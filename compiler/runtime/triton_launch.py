@@ -97,6 +97,10 @@ class TritonKernel:
         self.config = {
             k: kernel.config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in kernel.config
         }
+        # A size-generic kernel's sizes share its source: what max-autotune saves is kept per
+        # range of block sizes (a persistent reduction's RBLOCK must hold its rows)
+        if self._values:
+            key += "-" + "-".join(f"{k}{v}" for k, v in sorted(self.config.items()))
         self.key = key
         self.autotune = mode in ("max-autotune", "max-autotune-no-cudagraphs") and not INTERPRET
         if self.autotune:
@@ -390,11 +394,16 @@ def launch_notes(kernels: Sequence[TritonKernel]) -> list[str]:
         "Triton kernels are compiled to cubins in the cache's cubins/ folder and launched "
         "through the CUDA driver by the C++ extension (no launcher built with gcc)"
     ]
-    notes += [
-        f"{k.name} is launched by Triton's runtime: {k.direct_off}"
-        for k in kernels
-        if k.direct_off is not None
-    ]
+    by_reason: dict[str, list[str]] = {}
+    for k in kernels:
+        if k.direct_off is not None:
+            by_reason.setdefault(k.direct_off, []).append(k.name)
+    for why, names in by_reason.items():  # a dynamic graph's size-generic kernels share one
+        if len(names) == 1:
+            notes.append(f"{names[0]} is launched by Triton's runtime: {why}")
+        else:
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            notes.append(f"{len(names)} kernels ({shown}) are launched by Triton's runtime: {why}")
     return notes
 
 

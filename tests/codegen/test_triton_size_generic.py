@@ -273,3 +273,43 @@ def test_generic_kernels_compile_for_sm90(loads, tmp_path):
         [sys.executable, script, str(folder)], env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- the launcher's side ------------------------------------------------------------------
+
+
+def test_max_autotune_keeps_what_it_tuned_per_range_of_block_sizes(loads):
+    # the sizes of a generic kernel share its source; a tuned persistent config of short
+    # rows (RBLOCK 32) must never be read back for rows of 500
+    from compiler.codegen.common import KernelSource
+
+    source = (
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def triton_sized_k(in_ptr0, ks0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):\n"
+        "    pass\n"
+    )
+    fn, key = triton_launch.load_function(source, "triton_sized_k")
+
+    def kernel(rows: int) -> triton_launch.TritonKernel:
+        config = triton_sized._for_range(
+            {**_own("reduction", 4, rows), "xnumel": 4, "rnumel": rows, "kind": "reduction"}
+        )
+        text = KernelSource("k", "triton", source, "", config={**config, "xnumel": 4})
+        return triton_launch.TritonKernel(fn, text, "max-autotune", key, {"ks0": rows})
+
+    assert kernel(20).key == kernel(30).key != kernel(500).key
+    assert kernel(20).key != key
+
+
+def test_launch_notes_name_the_kernels_that_share_a_reason(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(triton_launch, "direct_launch_off", lambda: None)
+    why = "it takes size arguments, which CudaLaunch does not pass"
+    kernels = [SimpleNamespace(name=f"k{i}", direct_off=why) for i in range(5)]
+    kernels.append(SimpleNamespace(name="odd", direct_off="another reason"))
+    notes = triton_launch.launch_notes(kernels)
+    assert notes[1:] == [
+        f"5 kernels (k0, k1, k2, ...) are launched by Triton's runtime: {why}",
+        "odd is launched by Triton's runtime: another reason",
+    ]

@@ -344,4 +344,5 @@ class TritonEmitter(KernelEmitter):
         from compiler.runtime.triton_launch import launch_notes, warm_all
 
         warm_all(list(kernels))
-        return launch_notes([k for k, _ in kernels])
+        notes = triton_sized.own_code_where_generic_fails(kernels)
+        return launch_notes([k for k, _ in kernels]) + notes

@@ -102,8 +102,32 @@ def load_sized(
         variant.serve(values)
         sized = replace(kernel, config=sized_config(variant, kernel.config))
         sizes = dict(zip(variant.params, values))
-        out.append(triton_launch.TritonKernel(fn, sized, mode, key, sizes, variant))
+        loaded = triton_launch.TritonKernel(fn, sized, mode, key, sizes, variant)
+        loaded.own = kernel  # the size's own code, should the generic one not compile
+        out.append(loaded)
     return out
+
+
+def own_code_where_generic_fails(kernels: Sequence[tuple]) -> list[str]:
+    """On a GPU, after the warm-up: a size-generic kernel that did not compile (the
+    interpreter accepts what Triton's compiler may not) runs its size's own code instead,
+    and its variant serves no later size. Returns notes for the graph's record."""
+    notes = []
+    for kernel, dtypes in kernels:
+        variant = kernel.generic
+        if variant is None:
+            continue
+        try:
+            kernel.warm(dtypes)  # compiled by warm_all already, unless it failed there
+        except Exception as e:
+            variant.failed = True
+            own = triton_launch.load_kernel(kernel.own, kernel.mode)
+            kernel.__dict__.update(own.__dict__)  # the wrapper holds this very object
+            notes.append(
+                f"{kernel.name} runs its own code: the size-generic {variant.name} did not "
+                f"compile ({type(e).__name__}: {str(e)[:200]})"
+            )
+    return notes
 
 
 def note_sample(kernel: KernelSource) -> None:

@@ -89,6 +89,8 @@ class TritonKernel:
     ):
         self.fn = fn
         self.name = kernel.name
+        self.mode = mode
+        self.own: KernelText | None = None  # a size-generic kernel's per-size code
         self.sizes = sizes or {}
         self.generic = generic  # the size_args.Variant whose code it runs, if any
         self._values = tuple(self.sizes.values())

@@ -313,3 +313,36 @@ def test_launch_notes_name_the_kernels_that_share_a_reason(monkeypatch):
         f"5 kernels (k0, k1, k2, ...) are launched by Triton's runtime: {why}",
         "odd is launched by Triton's runtime: another reason",
     ]
+
+
+def test_a_generic_kernel_that_does_not_compile_runs_the_sizes_own_code(loads, monkeypatch):
+    """What Triton's compiler refuses on a GPU (the interpreter runs anything) must not reach
+    the user: after the warm-up, such a kernel runs its size's own code."""
+    from compiler.codegen.common import KernelSource
+
+    if not INTERPRETED:
+        pytest.skip("needs Triton's interpreter")
+    compiled = compiler.compile(lambda x: x.sin() * 2)
+    for n in (6, 7):
+        compiled(torch.randn(n, 8))
+    records = [k for k in compiler.inspect(compiled).kernels if k.language == "triton"]
+    six, seven = (
+        KernelSource(k.name, "triton", k.source, "", k.grid, k.config) for k in records[:2]
+    )
+    size_args.clear()
+    triton_sized.note_sample(six)
+    (kernel,) = triton_sized.load_sized([seven], None)
+    assert kernel.generic is not None
+
+    def warm(self, dtypes):
+        if self.generic is not None:
+            raise RuntimeError("refused by the compiler")
+
+    monkeypatch.setattr(triton_launch.TritonKernel, "warm", warm)
+    variant = kernel.generic
+    (note,) = triton_sized.own_code_where_generic_fails([(kernel, [torch.float32] * 2)])
+    assert "runs its own code" in note and "refused by the compiler" in note
+    assert kernel.generic is None and not kernel.sizes and variant.failed
+    x, out = torch.randn(7, 8), torch.empty(7, 8)
+    kernel.run(x, out)
+    torch.testing.assert_close(out, x.sin() * 2)

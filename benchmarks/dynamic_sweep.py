@@ -21,8 +21,8 @@ anchor we measure against.
 `--generate N`: GPT-2 (transformers' GPT2LMHeadModel, its default config, random weights,
 float32, `--layers` of them) generates N tokens greedily after a prompt of `--prompt`
 tokens, one forward per token with transformers' DynamicCache: N + 1 sizes of the cache.
-Fresh processes time the first loop (compiles included) and count compiles; one process
-then times whole loops interleaved (CUDA-event medians) and checks ours' tokens against
+One fresh process times each runner's first loop (compiles included) and counts compiles,
+then times whole loops interleaved (CUDA-event medians) and checks the tokens against
 eager's. `--mode` (reduce-overhead: CUDA graphs, one per size) applies to ours and to
 torch.compile alike.
 """
@@ -230,41 +230,42 @@ def _prompt(length: int) -> torch.Tensor:
     return torch.randint(0, 50257, (1, length), device=DEVICE)
 
 
-def generate_child(runner: str, layers: int, prompt: int, new_tokens: int) -> dict:
-    fn, compiles = build(runner, gpt2(layers))
-    with torch.no_grad(), Clock() as clock:
-        generate(fn, _prompt(prompt), new_tokens)
-    out = {"loop_s": clock.seconds, "compiles": compiles()}
-    if runner == "ours":
-        import compiler
-
-        report = compiler.inspect(fn)
-        out["graphs"] = len(report.graphs)
-        out["sizes_compiled"] = len(PIPELINE_RUNS)
-        out["generic_kernel_records"] = sum(1 for k in report.kernels if k.size_generic)
-        out["notes"] = [n for g in report.graphs for n in g.notes][-12:]
-    return out
-
-
-def generate_steady_child(layers: int, prompt: int, new_tokens: int, repeat: int, runners):
-    fns = {r: build(r, gpt2(layers))[0] for r in runners}
+def generate_child(layers: int, prompt: int, new_tokens: int, repeat: int, runners) -> dict:
+    """One process (a device call has 10 minutes): each runner's first loop, compiles
+    included (ours and torch.compile keep separate caches, both empty at the start), then
+    whole loops of all runners interleaved."""
     ids = _prompt(prompt)
-    times: dict[str, list[float]] = {r: [] for r in runners}
-    tokens = {}
+    fns, cold, tokens = {}, {}, {}
     with torch.no_grad():
-        for r, fn in fns.items():  # everything compiled (and every CUDA graph recorded)
-            tokens[r] = generate(fn, ids, new_tokens)
+        for r in runners:
+            fn, compiles = build(r, gpt2(layers))
+            with Clock() as clock:
+                tokens[r] = generate(fn, ids, new_tokens)
+            fns[r], cold[r] = fn, {"loop_s": clock.seconds, "compiles": compiles()}
+        ours = fns.get("ours")
+        if ours is not None:
+            import compiler
+
+            report = compiler.inspect(ours)
+            cold["ours"].update(
+                graphs=len(report.graphs),
+                sizes_compiled=len(PIPELINE_RUNS),
+                generic_kernel_records=sum(1 for k in report.kernels if k.size_generic),
+                notes=[n for g in report.graphs for n in g.notes][-12:],
+            )
+        for fn in fns.values():  # every size compiled and, with CUDA graphs, recorded
             generate(fn, ids, new_tokens)
+        times: dict[str, list[float]] = {r: [] for r in runners}
         for _ in range(repeat):
             for r, fn in fns.items():
                 with Clock() as clock:
                     generate(fn, ids, new_tokens)
                 times[r].append(clock.seconds)
-    out = {r: statistics.median(t) * 1e3 for r, t in times.items()}
+    out = {"cold": cold, "steady_ms": {r: statistics.median(t) * 1e3 for r, t in times.items()}}
     if "eager" in tokens:  # greedy tokens equal to eager's, up to the first that differs
         for r, t in tokens.items():
             same = (t == tokens["eager"]).flatten().tolist()
-            out[f"{r}_tokens_as_eager"] = same.index(False) if False in same else len(same)
+            cold[r]["tokens_as_eager"] = same.index(False) if False in same else len(same)
     return out
 
 
@@ -307,11 +308,9 @@ def main() -> None:
             result = sweep_child(rest[0], int(rest[1]))
         elif kind == "steady":
             result = steady_child(int(rest[0]), int(rest[1]), rest[2].split(","))
-        elif kind == "generate":
-            result = generate_child(rest[0], *map(int, rest[1:]))
         else:
             *numbers, runners = rest
-            result = generate_steady_child(*map(int, numbers), runners.split(","))
+            result = generate_child(*map(int, numbers), runners.split(","))
         print(json.dumps(result))
         return
     global DEVICE, MODE
@@ -344,9 +343,9 @@ def _where(a) -> str:
 
 
 def generation(a, runners: list[str]) -> None:
-    shape = [str(a.layers), str(a.prompt), str(a.generate)]
-    cold = {r: child(["generate", r, *shape], a.threads) for r in runners}
-    steady = child(["generate_steady", *shape, str(a.repeat), ",".join(runners)], a.threads)
+    shape = [str(a.layers), str(a.prompt), str(a.generate), str(a.repeat)]
+    result = child(["generate", *shape, ",".join(runners)], a.threads)
+    cold, steady = result["cold"], result["steady_ms"]
     print(f"GPT-2 ({a.layers} layers, width 768, random weights, float32), prompt {a.prompt}, "
           f"{a.generate} new tokens (KV cache {a.prompt}..{a.prompt + a.generate - 1}), "
           f"{_where(a)}, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
@@ -355,7 +354,7 @@ def generation(a, runners: list[str]) -> None:
     print("|---|---|---|---|---|---|")
     for r in runners:
         ms = steady[r]
-        same = steady.get(f"{r}_tokens_as_eager", "")
+        same = cold[r].get("tokens_as_eager", "")
         print(f"| {r} | {cold[r]['loop_s']:.2f} s | {ms:.1f} ms | {ms / a.generate:.3f} ms | "
               f"{cold[r]['compiles']} | {same} |")  # fmt: skip
     ours = cold.get("ours")

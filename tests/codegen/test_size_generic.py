@@ -142,7 +142,7 @@ class Attention(torch.nn.Module):
         q, k, v = self.qkv(self.ln(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
-        i = torch.arange(t)
+        i = torch.arange(t, device=x.device)
         att = att.masked_fill(i[None, :] > i[:, None], float("-inf")).softmax(-1)
         return x + (att @ v).transpose(1, 2).reshape(b, t, d)
 

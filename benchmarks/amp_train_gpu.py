@@ -6,9 +6,12 @@ torch.compile (the anchor), each after its own cold first step.
 
     python benchmarks/amp_train_gpu.py [--model gpt2|llama] [--layers 12] [--batch 8] [--seq 256] [--steps 5]
         [--mode reduce-overhead] [--time 20] [--tc] [--notes] [--profile] [--pad-matmuls off]
+        [--combo-kernels off]
 
 --notes prints every inspection note of our graphs; --profile counts, for one warm step of
 each, the CUDA kernel launches and CUDA graph launches the host made (torch.profiler);
+--combo-kernels off sets compiler.config.combo_kernels off: one kernel per parameter's
+update, as before compiler/scheduler/horizontal.py.
 --pad-matmuls sets compiler.config.pad_matmuls (off: the LM head's unaligned matmuls as eager
 runs them).
 """
@@ -119,8 +122,10 @@ def main() -> None:
     p.add_argument("--notes", action="store_true")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--pad-matmuls", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--combo-kernels", choices=["on", "off"], default="on")
     args = p.parse_args()
     compiler.config.pad_matmuls = {"auto": "auto", "on": True, "off": False}[args.pad_matmuls]
+    compiler.config.combo_kernels = args.combo_kernels == "on"
     base = make_model(args.model, args.layers)
     ids = torch.randint(0, VOCAB[args.model], (args.batch, args.seq), device="cuda")
     results, timing = {}, {}

@@ -23,9 +23,18 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 export COMPILER_COMPILE_WORKERS=${COMPILER_COMPILE_WORKERS:-2} COMPILER_COMPILE_THREADS=2
 python3 -m compiler.runtime.cpp_ext build >/dev/null 2>&1 || echo "the C++ extension is not built: guards and launches stay in Python"
 PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
+summarise() {  # name: its log's counts and failures, appended to the summary
+  { echo "== $1"
+    grep -E "^(FAILED|ERROR)|passed|failed|^total|^cuda |exit [0-9]+|ms/step|CUDA graph \(|^  +[0-9.]+ ms x|GPU time|loss difference" "$LOGS/$1.txt" | cut -c1-400 | tail -60
+  } >> "$OUT/gpu_checks.txt"
+}
+# Each check is stopped with SIGINT at $LIMIT and killed 20 s later (a pytest that ignores the
+# interrupt must not hold the whole call past the device's limit); its summary is written as
+# soon as it ends, so a call cut short still returns what finished.
 run() {  # name, command...
   local name=$1; shift
-  (timeout -s INT "$LIMIT" "$@" > "$LOGS/$name.txt" 2>&1; echo "exit $?" >> "$LOGS/$name.txt") &
+  (timeout -s INT -k 20 "$LIMIT" "$@" > "$LOGS/$name.txt" 2>&1; echo "exit $?" >> "$LOGS/$name.txt"
+   summarise "$name") &
 }
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())" > "$OUT/gpu_checks.txt"
 run tracer $PYTEST tests/tracer
@@ -41,15 +50,11 @@ FUZZ_EXAMPLES=${FUZZ_CASES:-2000} FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda \
   run fuzz $PYTEST --timeout=0 -k test_fuzz_cuda tests/codegen/test_fuzz_graphs.py
 if [ -n "${AMP_GPU:-}" ]; then
   (for model in gpt2 llama; do
-     CUDA_VISIBLE_DEVICES=$AMP_GPU timeout 240 python3 benchmarks/amp_train_gpu.py --model $model \
+     CUDA_VISIBLE_DEVICES=$AMP_GPU timeout -k 10 240 python3 benchmarks/amp_train_gpu.py --model $model \
        --mode reduce-overhead --steps 3 --time 10 --tc --profile --notes
-   done > "$LOGS/amp.txt" 2>&1) &
+   done > "$LOGS/amp.txt" 2>&1; summarise amp) &
 fi
 wait
-for f in "$LOGS"/*.txt; do
-  echo "== $(basename "$f" .txt)" >> "$OUT/gpu_checks.txt"
-  grep -E "^(FAILED|ERROR)|passed|failed|^total|^cuda |exit [0-9]+|ms/step|CUDA graph \(|^  +[0-9.]+ ms x|GPU time|loss difference" "$f" | cut -c1-400 | tail -60 >> "$OUT/gpu_checks.txt"
-done
 cp test-output/fuzz/*.json "$LOGS"/ 2>/dev/null
 tar czf "$OUT/gpu_logs.tgz" -C "$LOGS" .
 cat "$OUT/gpu_checks.txt" | cut -c1-300 | tail -150

@@ -2,14 +2,17 @@
 default, and fused), torch.compile's compiled step, and ours (compiler/optim) in the default
 and reduce-overhead modes.
 
-    python benchmarks/optim_gpu.py [--models resnet18,densenet121] [--optimizer adam|adamw|sgd]
+    python benchmarks/optim_gpu.py [--models resnet18,densenet121,gpt2,llama] [--optimizer adam|adamw|sgd]
 
 The parameters and gradients are a torchvision model's after one backward at batch 16,
-3x128x128 (train_gpu.py's step); every variant steps its own copy with the same gradients.
-Per variant: the first step's time (ours and torch.compile's compile the update there), the
-CUDA-event latency per step, host time per step (the GPU not waited on in the loop), and
-kernels per step from torch.profiler. Ours also prints its kernel count and the worst
-relative difference from eager foreach after the timed steps.
+3x128x128 (train_gpu.py's step), or for gpt2 and llama the parameters of amp_train_gpu.py's
+transformers (GPT-2 small: 148 tensors from 768 to 38.6M elements) with random gradients;
+every variant steps its own copy with the same gradients. Per variant: the first step's time
+(ours and torch.compile's compile the update there), the CUDA-event latency per step, host
+time per step (the GPU not waited on in the loop), and kernels per step from torch.profiler.
+Ours runs with its per-parameter updates in combined kernels (compiler/scheduler/
+horizontal.py) and, as "1/param", with config.combo_kernels off; it also prints its kernel
+count and the worst relative difference from eager foreach after the timed steps.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import compiler  # noqa: E402
+from benchmarks.amp_train_gpu import VOCAB, make_model  # noqa: E402
 from benchmarks.profile_gpu import host_ms, median_ms  # noqa: E402
 from benchmarks.train_gpu import guards_in_cpp  # noqa: E402
 
@@ -49,36 +53,59 @@ def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
     return len(kernels) / calls
 
 
-def run(name: str, optimizer: str) -> None:
+VARIANTS = (
+    "eager foreach",
+    "eager fused",
+    "torch.compile",
+    "torch.compile r-o",
+    "ours default",
+    "ours r-o",
+    "ours r-o 1/param",
+)
+
+
+def model_with_grads(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if name in VOCAB:  # a transformer's parameters; the gradients' values do not matter
+        base = make_model(name, 12)
+        for p in base.parameters():
+            p.grad = torch.randn_like(p) * 1e-3
+        return base
     import torchvision
 
-    torch.manual_seed(0)
     base = getattr(torchvision.models, name)().cuda()
     x = torch.randn(16, 3, 128, 128, device="cuda")
     y = torch.randint(1000, (16,), device="cuda")
     torch.nn.functional.cross_entropy(base(x), y).backward()
+    return base
+
+
+def run(name: str, optimizer: str) -> None:
+    base = model_with_grads(name)
     make = OPTIMIZERS[optimizer]
     variants: dict[str, tuple[torch.nn.Module, Callable[[], Any]]] = {}
-    for label in ("eager foreach", "eager fused", "torch.compile", "ours default", "ours r-o"):
+    for label in VARIANTS:
         model = copy.deepcopy(base)
         for p, q in zip(base.parameters(), model.parameters()):
             q.grad = p.grad.clone()
         if label == "eager fused":
             opt = make(model.parameters(), fused=True)
             fn = opt.step
-        elif label == "torch.compile":
+        elif label.startswith("torch.compile"):
             opt = make(model.parameters())
-            fn = torch.compile(opt.step)
+            fn = torch.compile(opt.step, mode="reduce-overhead" if "r-o" in label else None)
         elif label.startswith("ours"):
             opt = make(model.parameters())
-            mode = "reduce-overhead" if label.endswith("r-o") else None
+            mode = "reduce-overhead" if "r-o" in label else None
             step = compiler.compile(lambda o: o.step(), mode=mode)
             fn = lambda s=step, o=opt: s(o)  # noqa: E731
         else:
             opt = make(model.parameters(), foreach=True)
             fn = opt.step
         t = time.perf_counter()
-        fn()
+        # combo_kernels is read where the step compiles: at its first call
+        with compiler.config.patch(combo_kernels=not label.endswith("1/param")):
+            fn()
         torch.cuda.synchronize()
         first = time.perf_counter() - t
         variants[label] = (model, fn)
@@ -96,7 +123,7 @@ def run(name: str, optimizer: str) -> None:
             flush=True,
         )
     reference = variants["eager foreach"][0]
-    for label in ("ours default", "ours r-o"):
+    for label in [v for v in VARIANTS if v.startswith("ours")]:
         worst = max(
             ((q - p).norm() / p.norm().clamp_min(1e-12)).item()
             for p, q in zip(reference.parameters(), variants[label][0].parameters())

@@ -39,6 +39,10 @@ The settings, as torch._dynamo.config names them:
   are not multiples of 16 bytes (a vocabulary of 50257) run on zero-padded operands, for
   cuBLAS's aligned kernels (compiler/aot/pad_matmul.py). "auto": on CUDA only; True: on any
   device (the CPU tests use it); False: never. Read when a graph is compiled.
+- `combo_kernels` (default True; torch._inductor.config's name): independent pointwise
+  kernels of a graph (an optimizer step's per-parameter updates, zero_grad's fills) launch
+  as one combined Triton kernel (compiler/scheduler/horizontal.py). Read when a graph is
+  compiled.
 - `cudagraph_size_limit` (default 512): under mode="reduce-overhead", how many sizes of one
   dynamic graph get a CUDA graph of their own (recorded at the size's first call, replayed
   at its later ones, all in one memory pool). Later sizes run their kernels without a graph,
@@ -61,6 +65,7 @@ verbose: bool = False
 automatic_dynamic_shapes: bool = True
 emulate_precision_casts: bool = False
 pad_matmuls: bool | str = "auto"
+combo_kernels: bool = True
 cudagraph_size_limit: int = 512
 
 _SETTINGS = (
@@ -70,6 +75,7 @@ _SETTINGS = (
     "automatic_dynamic_shapes",
     "emulate_precision_casts",
     "pad_matmuls",
+    "combo_kernels",
     "cudagraph_size_limit",
 )
 

@@ -95,6 +95,18 @@ class StageTime:
 
 
 @dataclass
+class KernelPart:
+    """One part of a combined kernel (compiler/scheduler/horizontal.py): a pointwise kernel
+    that runs inside another kernel's launch, on programs `first_program..last_program`."""
+
+    name: str
+    elements: int
+    first_program: int
+    last_program: int
+    fused_nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class KernelRecord:
     """One generated kernel (or extern call) of a compiled graph."""
 
@@ -115,6 +127,7 @@ class KernelRecord:
     generic_source: str = ""
     size_args: dict[str, int | float] = field(default_factory=dict)
     sizes_served: list[tuple] = field(default_factory=list)
+    parts: list[KernelPart] = field(default_factory=list)  # a combined kernel's parts
 
 
 @dataclass

@@ -141,7 +141,8 @@ def _lerp_scalar(general, start: torch.Tensor, end: torch.Tensor, weight: float)
 
 # The float type eager's integer linspace and logspace kernels step in, per device type:
 # double on the CPU (RangeFactoriesKernel.cpp), float on CUDA (RangeFactories.cu, with a
-# float32 `pow` for logspace). One element of linspace(0, 7, 50) is 4 on the CPU, 3 on CUDA.
+# float32 `powf` for logspace, which `_integer_logspace` leaves to eager's kernel). One
+# element of linspace(0, 7, 50) is 4 on the CPU, 3 on CUDA.
 _RANGE_STEP_DTYPE = {"cuda": torch.float32}
 
 
@@ -190,25 +191,17 @@ def _integer_linspace(general, start, end, steps, *, dtype=None, **kwargs) -> to
 
 
 def _integer_logspace(general, start, end, steps, base=10.0, *, dtype=None, **kwargs):
-    """logspace into an integer dtype on CUDA as its kernel computes it: the ends converted
-    to the dtype, the step `float(end - start) / (steps - 1)`, the exponents ramped as in
-    linspace and raised in float32 (torch's reference, eager's CPU formula, works in
-    float64). Other devices and dtypes: the reference."""
-    device = kwargs.get("device")
+    """logspace into an integer dtype on a device whose kernel steps in float32 (CUDA) stays
+    aten.logspace, eager's own kernel, run as an extern call: its values are float32 `powf`
+    results truncated, and every value from 2^24 up is an integer in float32, so one ulp
+    of `powf` is an integer off. libdevice's powf in a Triton kernel is not nvcc's bit for
+    bit (logspace(0, 7, 2, 10.0) into int32: 10000001 against eager's 10000000 on the
+    H200). Other devices and dtypes: the reference (eager's CPU formula, in float64)."""
     if (
-        dtype is None
-        or dtype.is_floating_point
-        or dtype.is_complex
-        or steps < 2
-        or _range_step_dtype(device) != torch.float32
-        or not isinstance(base, (int, float))
+        dtype is not None
+        and not dtype.is_floating_point
+        and not dtype.is_complex
+        and _range_step_dtype(kwargs.get("device")) == torch.float32
     ):
-        return general(start, end, steps, base, dtype=dtype, **kwargs)
-    acc = torch.float32
-    first, last = _integer_ends(start, end, dtype, acc)
-    if isinstance(first, torch.Tensor) or isinstance(last, torch.Tensor):
-        step = (last - first) / (steps - 1)
-    else:  # the integers' difference, converted once
-        step = _rounded(_rounded(float(int(last) - int(first)), acc) / (steps - 1), acc)
-    exponents = _ramp(first, last, step, steps, acc, device)
-    return torch.pow(_rounded(float(base), acc), exponents).to(dtype)
+        return NotImplemented
+    return general(start, end, steps, base, dtype=dtype, **kwargs)

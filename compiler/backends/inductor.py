@@ -31,6 +31,7 @@ from compiler import config
 from compiler.aot.outputs import plain_containers, returning_as_eager
 from compiler.aot.pad_matmul import pad_matmuls
 from compiler.aot.trace import AotGraph, needs_autograd, static_placeholders, trace_forward
+from compiler.codegen.combo import programs as combo_programs
 from compiler.codegen.common import KernelEmitter, KernelSource, kernel_arguments, shared_kernels
 from compiler.codegen.emitters import emitter_for
 from compiler.codegen.size_args import generic_kernels, size_generic
@@ -39,7 +40,13 @@ from compiler.ir.nodes import Graph
 from compiler.ir.printer import format_graph, format_schedule
 from compiler.lowering.core import graph_device
 from compiler.lowering.graph import lower
-from compiler.records import CompilerWarning, GraphRecord, KernelRecord, current_graph
+from compiler.records import (
+    CompilerWarning,
+    GraphRecord,
+    KernelPart,
+    KernelRecord,
+    current_graph,
+)
 from compiler.runtime.aliasing import alias_safe, mutated_inputs
 from compiler.runtime.cache import load_module
 from compiler.runtime.cpp_build import CppCompileError
@@ -380,6 +387,9 @@ class _Compiled:
             materialise_recomputed=emitter.materialise_recomputed,
             processors=emitter.processors(device),
             device=device,
+            # Not in a dynamic graph: a combined kernel's program table is written for each
+            # size's blocks, so it would compile per size; its parts run size-generic code
+            horizontal=emitter.horizontal and config.combo_kernels and not generic_kernels(),
         )
 
     def _codegen(
@@ -503,6 +513,7 @@ class _Compiled:
                         size_args=dict(sized.sizes) if sized else {},
                         # the generic kernel's own list: it grows as later sizes call it
                         sizes_served=sized.generic.served if sized else [],
+                        parts=_parts(launch, k),
                     )
                 )
             else:
@@ -540,6 +551,17 @@ class _Compiled:
         (d / "ir_after_fusion.txt").write_text(format_schedule(sched))
         code = [source] + [f"\n# ---- {k.name} ----\n{k.source}" for k in kernels.values()]
         (d / "output_code.py").write_text("\n".join(code))
+
+
+def _parts(group: KernelGroup, kernel: KernelSource) -> list[KernelPart]:
+    """A combined kernel's parts, with the program ids each runs on."""
+    if not group.parts:
+        return []
+    ranges = combo_programs(group, kernel.config["XBLOCK"])
+    return [
+        KernelPart(p.name, p.outer_numel, first, end - 1, list(p.origins))
+        for p, (first, end) in zip(group.parts, ranges)
+    ]
 
 
 def _lines(sched: Schedule, origins: Sequence[str]) -> list:

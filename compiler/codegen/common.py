@@ -77,6 +77,9 @@ class KernelEmitter:
     # Values that consumers would recompute many times over written out as buffers before
     # the kernels that read them (C++; compiler/scheduler/fusion.py's inline).
     materialise_recomputed: bool = False
+    # Independent pointwise kernels launched as one combined kernel (compiler/scheduler/
+    # horizontal.py; the emitter then writes KernelGroups of kind "combo").
+    horizontal: bool = False
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
         """Generate the kernel of one fused group."""

@@ -87,7 +87,7 @@ DIALECTS = {
         {"int": "int", "double": "float"},
         "triton_sized",
         re.compile(r"tl\.full\(\[\], $"),
-    ),  # fmt: skip
+    ),
 }
 _MARKER = {"int": "@i@", "float": "@f@", "double": "@d@"}
 # Generic variants of one skeleton (another grouping of its parameters) before sizes of it
@@ -147,9 +147,8 @@ class Variant:
     fixed: dict[int, str]  # position -> literal text the generic code has there
     name: str  # the generic function's name
     source: str  # the generic function's text
-    ctypes: tuple[
-        str, ...
-    ]  # per parameter: "int64_t", "float" or "double" (Triton: "int", "float")
+    # per parameter: "int64_t", "float" or "double" (Triton: "int" or "float")
+    ctypes: tuple[str, ...]
     loaded: Any = None  # the compiled kernel, once built (CppEmitter.load_many)
     failed: bool = False  # its build failed: sizes of this skeleton compile per size
     dialect: str = "cpp"

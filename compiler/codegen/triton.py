@@ -19,6 +19,7 @@ import torch
 
 from compiler import config as settings
 from compiler.codegen import size_args, triton_sized
+from compiler.codegen.combo import combo_source
 from compiler.codegen.common import KernelEmitter, KernelSource, store_order
 from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
 from compiler.ir.index import Index
@@ -295,6 +296,8 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     )
     if settings.emulate_precision_casts:  # eager rounds between a multiply and an add
         config["fp_fusion"] = False
+    if w.checks_indices:  # Triton compiles device-side asserts in its debug mode only
+        config["debug"] = True
     args = ", ".join(w.args)
     nbytes = sum(
         schedule.buffers[b].storage_size() * schedule.buffers[b].dtype.itemsize for b in w.args
@@ -305,10 +308,15 @@ def kernel_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     )
 
 
+# How each kind of KernelGroup becomes a kernel (combo: compiler/codegen/combo.py).
+_SOURCES = {"pointwise": kernel_source, "reduction": kernel_source, "combo": combo_source}
+
+
 class TritonEmitter(KernelEmitter):
     """The KernelEmitter for Triton (GPUs, and CPU tensors under TRITON_INTERPRET=1)."""
 
     language = "triton"
+    horizontal = True
 
     def processors(self, device: torch.device) -> int:
         """Programs the device runs at once, roughly: its SMs (the scheduler splits
@@ -318,10 +326,12 @@ class TritonEmitter(KernelEmitter):
         return INTERPRETED_PROCESSORS
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
-        kernel = kernel_source(group, schedule)
+        kernel = _SOURCES[group.kind](group, schedule)
         if not size_args.generic_kernels():
-            # noted for the first dynamic size of this graph: its one generic load
-            triton_sized.note_sample(kernel)
+            # noted for the first dynamic size of this graph: its one generic load (a
+            # combined kernel's parts, which a dynamic graph runs uncombined, each)
+            for part in group.parts or (group,):
+                triton_sized.note_sample(kernel if part is group else kernel_source(part, schedule))
         return kernel
 
     def load(self, kernel: KernelSource, mode: str | None):

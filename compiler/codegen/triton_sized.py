@@ -36,6 +36,9 @@ WIDEN = 4
 # (more lanes masked off than that: a config of its own runs faster).
 WASTE = 8
 _CONFIG_KEYS = ("XBLOCK", "RBLOCK", "num_warps", "persistent")
+# Kernels whose text holds nothing computed from their block sizes. A combined kernel's
+# table of program ids is written for its XBLOCK (compiler/codegen/combo.py): its own code.
+SIZED_KINDS = ("pointwise", "reduction")
 _lock = threading.Lock()
 
 
@@ -90,6 +93,9 @@ def load_sized(
     sizes where size_args.find has one or makes it, else its own code."""
     out = []
     for kernel in kernels:
+        if kernel.config.get("kind") not in SIZED_KINDS:
+            out.append(triton_launch.load_kernel(kernel, mode))
+            continue
         s = size_args.split(kernel.source, kernel.name, "triton")
         hit = size_args.find(s)
         if isinstance(hit, size_args.Variant):
@@ -133,4 +139,5 @@ def own_code_where_generic_fails(kernels: Sequence[tuple]) -> list[str]:
 def note_sample(kernel: KernelSource) -> None:
     """A static graph's kernel noted as a sample of its skeleton, so that the first dynamic
     size after it finds two and loads the generic function at once."""
-    size_args.note_sample(size_args.split(kernel.source, kernel.name, "triton"))
+    if kernel.config.get("kind") in SIZED_KINDS:
+        size_args.note_sample(size_args.split(kernel.source, kernel.name, "triton"))

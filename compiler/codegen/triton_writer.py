@@ -155,6 +155,7 @@ class KernelWriter:
         for k, b in enumerate(group.writes):
             self.args[b] = f"out_ptr{k}"
         self.count = 0
+        self.checks_indices = False  # a load with run-time indices asserts they are inside
         self.steps = {s.name: s for s in group.steps}
         self.values: dict[str, tuple[str, int]] = {}  # step name -> (var, level), once computed
         big = max(
@@ -227,19 +228,22 @@ class KernelWriter:
         static, dynamic = address(layout, v.indices)
         parts = [render(static)]
         level = self.index_level(static)
-        mask_parts = []
-        sizes = [
-            n
-            for i, n, st in zip(v.indices, layout.size, layout.stride)
-            if not isinstance(i, Index) and st
-        ]
-        for (value, stride), size in zip(dynamic, sizes):
-            text, lvl = self.value(value, scope)
-            # A gather's index outside 0 .. size-1 (eager raises IndexError) must not read
-            # outside the buffer: such lanes load 0 instead.
-            mask_parts.append(f"(({text}) >= 0) & (({text}) < {size})")
+        # A gather's index outside 0 .. size-1 raises in eager: the kernel asserts every one
+        # is inside (th.check_index: a device-side assert, as eager's CUDA kernels make, in
+        # kernels compiled with Triton's debug option), on every dimension, an expanded one
+        # (stride 0, no part of the address) too; the load is masked by it as well, so that
+        # no lane reads outside the buffer before the assert stops the kernel.
+        inside = []
+        for i, size in zip(v.indices, layout.size):
+            if not isinstance(i, Index):
+                text, lvl = self.value(i, scope)
+                inside.append(f"(({text}) >= 0) & (({text}) < {size})")
+                level = max(level, lvl)
+        for value, stride in dynamic:
+            text, _ = self.value(value, scope)
             parts.append(f"{text} * {stride}" if stride != 1 else text)
-            level = max(level, lvl)
+        mask_parts = list(inside)
+        mtext = None
         if v.mask is not None:
             mtext, mlevel = self.value(v.mask, scope)
             level = max(level, mlevel)
@@ -247,6 +251,13 @@ class KernelWriter:
         loop_mask = self.mask(level)
         if loop_mask:
             mask_parts.insert(0, loop_mask)
+        if inside:
+            self.checks_indices = True
+            ok = " & ".join(inside)
+            active = [m for m in (loop_mask, mtext) if m]
+            if active:  # lanes past the end or masked off may hold any index
+                ok = f"({ok}) | ~({' & '.join(active)})"
+            scope.lines.append(f"{scope.indent}th.check_index({ok})")
         addr = " + ".join(parts)
         if level > 0 and self.index_level(static) == 0 and not dynamic:
             addr = f"tl.full({self.shape(level)}, {addr}, tl.int32)"

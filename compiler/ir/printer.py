@@ -77,21 +77,27 @@ def format_schedule(schedule) -> str:
 
     lines = []
     for launch, frees in zip(schedule.launches, schedule.frees):
-        if isinstance(launch, KernelGroup):
-            outer = ", ".join(f"{v.name}<{v.size}" for v in launch.outer)
-            red = ", ".join(f"{v.name}<{v.size}" for v in launch.reduction)
-            lines.append(
-                f"kernel {launch.name} over [{outer}]" + (f" reducing [{red}]" if red else "")
-            )
+        if isinstance(launch, KernelGroup) and launch.parts:
+            lines.append(f"kernel {launch.name}: combo of {len(launch.parts)} parts")
             lines += [f"    # {note}" for note in launch.notes]
-            for s in launch.steps:
-                kind = s.reduction_type or "pointwise"
-                store = (
-                    f" -> {s.name}[{', '.join(map(str, s.store))}]" if s.store is not None else ""
-                )
-                lines.append(f"    %{s.name} = {kind}({s.loop}) {format_value(s.value)}{store}")
+            for part in launch.parts:
+                lines += ["    " + line for line in _kernel_lines(part, "part")]
+        elif isinstance(launch, KernelGroup):
+            lines += _kernel_lines(launch, "kernel")
         else:
             lines.append(f"extern {launch.node.op} -> {', '.join(launch.writes)}")
         if frees:
             lines.append(f"    free {', '.join(frees)}")
     return "\n".join(lines) + "\n"
+
+
+def _kernel_lines(group, what: str) -> list[str]:
+    outer = ", ".join(f"{v.name}<{v.size}" for v in group.outer)
+    red = ", ".join(f"{v.name}<{v.size}" for v in group.reduction)
+    lines = [f"{what} {group.name} over [{outer}]" + (f" reducing [{red}]" if red else "")]
+    lines += [f"    # {note}" for note in group.notes]
+    for s in group.steps:
+        kind = s.reduction_type or "pointwise"
+        store = f" -> {s.name}[{', '.join(map(str, s.store))}]" if s.store is not None else ""
+        lines.append(f"    %{s.name} = {kind}({s.loop}) {format_value(s.value)}{store}")
+    return lines

@@ -45,8 +45,9 @@ BLOCK_NAMES = ("XBLOCK", "RBLOCK")
 @dataclass(frozen=True)
 class Spec:
     """What Triton compiles a kernel for: its pointers' element types and 16-byte alignment,
-    its block sizes and warps, the target GPU, and whether a multiply and an add may become
-    one FMA (not under `emulate_precision_casts`: eager rounds between them)."""
+    its block sizes and warps, the target GPU, whether a multiply and an add may become
+    one FMA (not under `emulate_precision_casts`: eager rounds between them), and whether
+    its device-side asserts are compiled in (`checks`: Triton's debug mode, for gathers)."""
 
     dtypes: tuple[str, ...]  # one per pointer parameter, in order
     aligned: tuple[bool, ...]
@@ -54,19 +55,20 @@ class Spec:
     num_warps: int
     target: tuple[str, int, int]  # (backend, arch, warp size), as GPUTarget takes them
     fp_fusion: bool = True
+    checks: bool = False
 
     def to_json(self) -> str:
         return json.dumps(
             [list(self.dtypes), list(self.aligned), [list(b) for b in self.blocks],
-             self.num_warps, list(self.target), self.fp_fusion]
+             self.num_warps, list(self.target), self.fp_fusion, self.checks]
         )  # fmt: skip
 
     @staticmethod
     def from_json(text: str) -> "Spec":
-        dtypes, aligned, blocks, warps, target, fp_fusion = json.loads(text)
+        dtypes, aligned, blocks, warps, target, fp_fusion, checks = json.loads(text)
         return Spec(
             tuple(dtypes), tuple(aligned), tuple((n, v) for n, v in blocks), warps,
-            tuple(target), fp_fusion,
+            tuple(target), fp_fusion, checks,
         )  # fmt: skip
 
 
@@ -210,6 +212,8 @@ def compile_binary(fn: Any, source: str, spec: Spec) -> Binary:
         "debug": knobs.runtime.debug,
         "enable_fp_fusion": spec.fp_fusion,
     }
+    if spec.checks:  # the asserts without the int32 overflow ones (our integers wrap)
+        options.update(debug=True, sanitize_overflow=False)
     compiled = triton.compile(ast_source(fn, spec), target=GPUTarget(*spec.target), options=options)
     meta = compiled.metadata
     if (

@@ -15,6 +15,8 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# what an out-of-range gather index raises (the C++ kernels' launcher says the same)
+INDEX_ERROR = "index out of range in a gather of a compiled kernel"
 
 _UNARY = {
     "tanh": np.tanh,
@@ -53,15 +55,20 @@ if INTERPRET:
         return apply
 
     def _binary(fn):
+        # either operand may be a number, a constant of the kernel (`th.pow(10.0, x)`),
+        # taken in the other operand's dtype as Triton does
         def apply(x, y):
-            x, y = tl.broadcast(x, y) if isinstance(y, tl.tensor) else (x, y)
-            yd = (
-                y.handle.data
-                if isinstance(y, tl.tensor)
-                else np.asarray(y, dtype=x.handle.data.dtype)
-            )
+            if isinstance(x, tl.tensor) and isinstance(y, tl.tensor):
+                x, y = tl.broadcast(x, y)
+            like = x if isinstance(x, tl.tensor) else y
+
+            def data(v):
+                if isinstance(v, tl.tensor):
+                    return v.handle.data
+                return np.asarray(v, dtype=like.handle.data.dtype)
+
             with np.errstate(all="ignore"):
-                return _wrap(fn(x.handle.data, yd), x)
+                return _wrap(fn(data(x), data(y)), like)
 
         return apply
 
@@ -83,6 +90,11 @@ if INTERPRET:
         )
     )
     atan2, pow, fmod, copysign = (_binary(_BINARY[n]) for n in ("atan2", "pow", "fmod", "copysign"))
+
+    def check_index(ok) -> None:
+        """The interpreter's device assert: an index outside its dimension raises here."""
+        if not np.all(ok.handle.data if isinstance(ok, tl.tensor) else ok):
+            raise IndexError(INDEX_ERROR)
 else:
     from triton.language.extra import libdevice
 
@@ -151,6 +163,12 @@ else:
     @triton.jit
     def copysign(x, y):
         return libdevice.copysign(x, y)
+
+    @triton.jit
+    def check_index(ok):
+        # eager's CUDA gathers make the same device-side assert; compiled in only in
+        # Triton's debug mode, which kernels calling this are compiled in
+        tl.device_assert(ok, "index out of bounds")
 
 
 # ---- correctly rounded float32 arithmetic, as eager's CUDA kernels compute it -------------

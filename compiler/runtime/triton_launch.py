@@ -30,10 +30,13 @@ class KernelText(Protocol):
 
 
 def candidate_configs(config: dict) -> list[dict]:
-    """The small search space of `max-autotune`, default first."""
+    """The small search space of `max-autotune`, default first (a combo kernel's: its own
+    config alone)."""
     kind, xnumel = config["kind"], config["xnumel"]
     base = {k: config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in config}
     out = [base]
+    if kind == "combo":  # its table of program ids is written for its XBLOCK
+        return out
     if kind == "pointwise":
         for xb, w in ((256, 4), (512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8)):
             if xb <= max(1 << max(xnumel - 1, 0).bit_length(), 256):
@@ -112,8 +115,13 @@ class TritonKernel:
                 self.autotune = False
         self.source = kernel.source
         # Triton contracts a multiply and an add into one FMA unless told not to; eager rounds
-        # between them, which `emulate_precision_casts` kernels must do too.
+        # between them, which `emulate_precision_casts` kernels must do too. A kernel that
+        # asserts its gather indices are inside (th.check_index) compiles in Triton's debug
+        # mode, without the int32 overflow asserts that mode adds (our integers wrap, as
+        # eager's do), as TorchInductor compiles its kernels.
         self.options = {"enable_fp_fusion": kernel.config.get("fp_fusion", True)}
+        if kernel.config.get("debug"):
+            self.options.update(debug=True, sanitize_overflow=False)
         self.launchers: dict[tuple[bool, ...], Callable] = {}  # through Triton's runtime
         # Launches through the C++ extension's CudaLaunch (compiler/runtime/triton_binary.py),
         # by pointer alignment; `launch` is the last one used, tried first. `direct_off` says
@@ -135,7 +143,14 @@ class TritonKernel:
         blocks = {k: v for k, v in config.items() if k != "num_warps"}
         grid = self._grid(config)
         if INTERPRET:
-            self.fn[grid](*args, **blocks)
+            from triton.runtime.errors import InterpreterError
+
+            try:
+                self.fn[grid](*args, **blocks)
+            except InterpreterError as exc:  # th.check_index raised: the error eager's is
+                if isinstance(exc.__cause__, IndexError):
+                    raise exc.__cause__ from None
+                raise
         else:
             self.fn[grid](*args, **blocks, num_warps=config["num_warps"], **self.options)
 
@@ -250,7 +265,7 @@ class TritonKernel:
         blocks = tuple((k, v) for k, v in self.config.items() if k != "num_warps")
         return Spec(
             pointer_dtypes(args_dtypes), aligned, blocks, self.config["num_warps"], _target(),
-            self.options["enable_fp_fusion"],
+            self.options["enable_fp_fusion"], self.options.get("debug", False),
         )  # fmt: skip
 
     def _direct_launch(

@@ -24,6 +24,9 @@ Four passes, and between the first two one more for GPUs:
    and the buffers each launch frees.
 4. in place — a copy of a new value into a mutated graph input is folded into the kernel
    computing that value, which then stores into the input directly (inplace.py).
+5. horizontal — for emitters that launch them (Triton), runs of independent pointwise
+   kernels (an optimizer's per-parameter updates) become one combined kernel each
+   (horizontal.py).
 
 No kernel spans two devices: a node joins only a kernel of its own device, a copy into an
 input of another device stays a copy, and the finished schedule is checked: every kernel's
@@ -61,6 +64,7 @@ from compiler.ir.nodes import (
     op_count,
 )
 from compiler.ir.transform import inline_loads, rewrite, substitute_indices, substitution
+from compiler.scheduler.horizontal import combine
 from compiler.scheduler.inplace import write_in_place
 from compiler.scheduler.kernel import ExternCall, KernelGroup, Launch, Schedule, Step
 from compiler.scheduler.split import split_reductions
@@ -369,11 +373,13 @@ def schedule(
     materialise_recomputed: bool = False,
     processors: int | None = None,
     device: torch.device | None = None,
+    horizontal: bool = False,
 ) -> Schedule:
     """Fuse `graph` into launches (see `inline` for `materialise_recomputed`). `processors`:
     how many the target runs at once (a GPU's SMs), for splitting reductions with few
     outputs into two stages (compiler/scheduler/split.py); None never splits. `device`:
-    the device the kernels are generated for (checked: `check_devices`)."""
+    the device the kernels are generated for (checked: `check_devices`). `horizontal`:
+    independent pointwise kernels launch as one (compiler/scheduler/horizontal.py)."""
     nodes, names, origins = inline(graph, materialise_recomputed)
     split = split_reductions(nodes, names, origins, required_buffers(graph), processors)
     names, origins = split.names, split.origins
@@ -389,6 +395,8 @@ def schedule(
         out.append(_finish(item, layouts, needed_outside, names, origins, split.notes, counter))
         counter += 1
     out = write_in_place(out, graph)
+    if horizontal:
+        out = combine(out, layouts, {b.name for b in graph.inputs})
     materialised = {b.name: b.layout for b in graph.inputs}
     materialised.update({c.name: c.layout for c in graph.constants})
     for launch in out:

@@ -20,6 +20,11 @@ A `Schedule` is the lowered graph cut into launches, in order:
   (graph inputs, constants, or buffers written by earlier launches).
   A step with `store` writes its value to buffer `name` at logical coordinates `store`
   (one Index per buffer dimension; the buffer's Layout gives the address).
+* `KernelGroup(kind="combo")` — several independent pointwise kernels launched as one
+  (compiler/scheduler/horizontal.py): `parts` holds them, each with its own variables, steps
+  and buffers; the combined group's reads, writes and origins are the parts' together, and
+  its own `outer` and `steps` are empty. Each program of the combined kernel runs one block
+  of one part, picked from its program id.
 * `ExternCall` — one aten call on materialised buffers (an `ExternKernel` IR node).
 
 `buffers` gives the Layout of every materialised buffer; `frees[k]` the buffers whose last use
@@ -50,7 +55,7 @@ class Step:
 @dataclass(frozen=True)
 class KernelGroup:
     name: str  # e.g. "triton_poi_fused_add_cos_sin_0"; emitters may swap the "triton" prefix
-    kind: str  # "pointwise" or "reduction"
+    kind: str  # "pointwise", "reduction" or "combo"
     outer: tuple[Var, ...]
     reduction: tuple[Var, ...]
     steps: tuple[Step, ...]
@@ -59,6 +64,7 @@ class KernelGroup:
     origins: tuple[str, ...]  # FX node names fused into this kernel
     ir_nodes: tuple[str, ...]  # IR node names fused into this kernel
     notes: tuple[str, ...] = ()  # lines for the kernel's header (a split reduction's stage)
+    parts: tuple["KernelGroup", ...] = ()  # a combo kernel's pointwise kernels, in order
 
     @property
     def outer_numel(self) -> int:

@@ -60,7 +60,8 @@ class KernelRef:
     @property
     def label(self) -> str:
         part = f" {self.kernel.graph}" if self.kernel.graph else ""  # a training graph's half
-        return f"{self.kernel.name} ({self.kernel.language}, graph {self.graph.index}{part})"
+        parts = f", {len(self.kernel.parts)} parts" if self.kernel.parts else ""  # combined
+        return f"{self.kernel.name} ({self.kernel.language}, graph {self.graph.index}{part}{parts})"
 
 
 def _first_line(graph: GraphRecord) -> int:

@@ -74,6 +74,18 @@ def kernel_view(ref: KernelRef, timed: bool = False) -> str:
             + ", ".join(esc(n) for n in k.fused_nodes)
             + "</div>"
         )
+    if k.parts:
+        parts.append(heading(f"parts ({len(k.parts)}): independent kernels run by this one launch"))
+        rows = [
+            (
+                p.name,
+                f"{p.elements:,}",
+                f"{p.first_program}..{p.last_program}",
+                ", ".join(p.fused_nodes),
+            )
+            for p in k.parts
+        ]
+        parts.append(table(["part", "elements", "programs", "FX nodes"], rows, mono_cols=(0, 3)))
     if k.source_lines:
         rows = [(where(s), s.function, s.text.strip()) for s in unique_lines(k.source_lines)]
         parts.append(heading("from these source lines"))

@@ -58,7 +58,14 @@ def compile_module(path: Path) -> None:
         else:
             dtype = re.search(rf"# {name} = \w+: (\w+)\[", source).group(1)
             signature[name] = POINTERS[dtype]
-    compiled = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32))
+    # gathers assert their indices (th.check_index), compiled in in Triton's debug mode only,
+    # as the runtime compiles such kernels (compiler/runtime/triton_launch.py)
+    options = {"debug": True, "sanitize_overflow": False} if "th.check_index(" in source else {}
+    compiled = triton.compile(
+        ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32), options=options
+    )
+    if options and "__assertfail" not in compiled.asm["ptx"]:
+        raise ValueError("the gather's index check was compiled out")
     found = IMPRECISE.findall(compiled.asm["ttir"])
     if found:
         raise ValueError(f"approximate float32 arithmetic: {'; '.join(found)}")

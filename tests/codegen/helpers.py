@@ -22,13 +22,21 @@ def to_graph(fn: Callable | torch.nn.Module) -> torch.fx.GraphModule:
     return torch.fx.symbolic_trace(fn)
 
 
-def compile_and_run(
+def compile_graph(
     fn: Callable | torch.nn.Module, *inputs: Any, mode: str | None = None
-) -> tuple[Any, GraphRecord, torch.fx.GraphModule]:
+) -> tuple[Callable, GraphRecord, torch.fx.GraphModule]:
+    """compile_fx(fn) for `inputs`: the compiled callable, its record and the FX graph."""
     gm = to_graph(fn)
     record = GraphRecord(gm, gm.code, len(gm.graph.nodes))
     with compiling_graph(record):
         compiled = compile_fx(gm, list(inputs), mode=mode)
+    return compiled, record, gm
+
+
+def compile_and_run(
+    fn: Callable | torch.nn.Module, *inputs: Any, mode: str | None = None
+) -> tuple[Any, GraphRecord, torch.fx.GraphModule]:
+    compiled, record, gm = compile_graph(fn, *inputs, mode=mode)
     return compiled(*inputs), record, gm
 
 

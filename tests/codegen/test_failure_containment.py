@@ -4,7 +4,8 @@ COMPILER_STRICT=1 raise it instead. User errors surface as eager raises them. An
 (KeyboardInterrupt) during a compile is never taken for an internal error: it propagates,
 leaves no half-written cache entry, and the next call compiles cleanly.
 
-tests/jupyter/test_interrupts.py checks the same interrupt through a real IPython shell.
+tests/jupyter/test_interrupts.py checks the same interrupt through a real IPython shell;
+tests/runtime/test_containment_gpu.py injects the same failures on CUDA.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def inject(stage: str, monkeypatch, tmp_path, marker: str, exc=RuntimeError) -> 
         monkeypatch.setattr(compile_fx_module, "lower", _raiser(marker, exc))
     elif stage == "scheduling":
         monkeypatch.setattr(compile_fx_module, "fuse", _raiser(marker, exc))
+    elif stage == "codegen":
+        monkeypatch.setattr(compile_fx_module, "wrapper_source", _raiser(marker, exc))
     elif stage == "wrapper":
         monkeypatch.setattr(compile_fx_module, "load_module", _raiser(marker, exc))
     elif stage == "cpp compile":
@@ -100,6 +103,7 @@ STAGES = [
     "aot",
     "lowering",
     "scheduling",
+    "codegen",
     "wrapper",
     "cpp compile",
     "cpp launch",
@@ -146,6 +150,71 @@ def test_internal_error_raises_with_fullgraph_or_strict(stage, how, monkeypatch,
         with pytest.raises(Exception, match="injected") as info:
             compiled(*inputs())
     assert marker in str(info.value) or marker in getattr(info.value, "stderr", "")
+
+
+# ---- a failure inside a training step ---------------------------------------------------------
+
+
+def _mlp(device: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(
+        device
+    )
+
+
+def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Callable:
+    """Forward, loss, backward and the optimizer's step in one function."""
+
+    def train(x, y):
+        opt.zero_grad(True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return train
+
+
+def _fail_in(part: str, marker: str, monkeypatch) -> None:
+    """Lowering fails for graphs of one kind only: a training graph's "forward" or
+    "backward" half (the backward compiles inside loss.backward()), or the optimizer step's
+    graph ("step": compiler/optim's update, the one graph here that is no training half)."""
+    real = compile_fx_module._Compiled._lower
+
+    def lower(self, aot, emitter, device):
+        if self.part == part or (part == "step" and not self.part):
+            raise RuntimeError(f"injected failure {marker}")
+        return real(self, aot, emitter, device)
+
+    monkeypatch.setattr(compile_fx_module._Compiled, "_lower", lower)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("part", ["forward", "backward", "step"])
+def test_internal_error_in_a_training_step_runs_it_eagerly_with_one_warning(
+    part, device, monkeypatch
+):
+    marker = f"train-{part}-{uuid.uuid4().hex[:8]}"
+    _fail_in(part, marker, monkeypatch)
+    model, eager_model = _mlp(device), _mlp(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-2)
+    compiled = compiler.compile(_train_step(model, opt))
+    eager = _train_step(eager_model, eager_opt)
+    g = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(6, 8, generator=g).to(device)
+            y = torch.randint(4, (6,), generator=g).to(device)
+            torch.testing.assert_close(compiled(x, y), eager(x, y))
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(p.grad, q.grad)
+    ours = [w for w in caught if issubclass(w.category, (CompilerWarning, RuntimeWarning))]
+    assert len(ours) == 1 and marker in str(ours[0].message), [str(w.message) for w in ours]
+    notes = recorded(compiled)
+    assert len(notes) == 1 and marker in notes[0], notes
 
 
 # ---- user errors ----------------------------------------------------------------------------

@@ -63,6 +63,14 @@ def test_generated_kernels_compile_for_sm90(tmp_path):
         x,
     )
     compile_and_run(torch.fx.symbolic_trace(lambda x: (x.sum(1), x + 1)), rand(3, 0))
+    # gathers, whose kernels assert their indices are inside (th.check_index)
+    compile_and_run(
+        torch.fx.symbolic_trace(
+            lambda x, i: (x[i] * 2, torch.gather(x, 1, i[:, None] % 6).sum(1), F.embedding(i, x))
+        ),
+        rand(4, 6),
+        torch.tensor([3, 0, 1, 2]),
+    )
     # split reductions (compiler/scheduler/split.py): even chunks, then a masked last one
     split = torch.fx.symbolic_trace(
         lambda x: (

@@ -1,13 +1,15 @@
 """Model-sized graphs through the whole pipeline: a residual CNN block, a dense block (cat),
 and a tiny BERT encoder, all in eval mode."""
 
+import copy
 import re
 
 import pytest
 import torch
 from torch import nn
 
-from tests.codegen.helpers import DEVICE, check, rand, triton_kernels
+from tests.codegen.helpers import DEVICE, check, compile_graph, rand, triton_kernels
+from tests.precision import closer_by_rmse
 
 
 @pytest.fixture(autouse=True)
@@ -55,10 +57,12 @@ def test_resnet_block():
     # The graph runs channels-last: the input and the weights (two of one shape in one
     # kernel) are copied to NHWC by kernels of their own, on CUDA too, where aten's own copy
     # inside each convolution costs more host time (compiler/lowering/externs.py); the rest
-    # fuses into four.
-    layout_copies = [k for k in triton_kernels(record) if "_fused_convolution_" in k.name]
+    # fuses into four. (Copies that no extern call separates launch as one combined kernel:
+    # counted by their parts.)
+    kernels = [p.name for k in triton_kernels(record) for p in k.parts or [k]]
+    layout_copies = [k for k in kernels if "_fused_convolution_" in k]
     assert len(layout_copies) == 3
-    assert len(triton_kernels(record)) - len(layout_copies) <= 4
+    assert len(kernels) - len(layout_copies) <= 4
     assert any("channels-last" in n for n in record.notes)
     assert not [n for n in record.notes if "extern call" in n]
 
@@ -107,11 +111,28 @@ def test_dense_block_with_cat():
         check(_randomize_bn(DenseLayer()).to(DEVICE), rand(2, 4, 8, 8), atol=1e-4, rtol=1e-4)
 
 
-def test_torchvision_resnet18_tiny_input():
+def test_torchvision_resnet18_tiny_input(monkeypatch):
+    """resnet18 against float64 as the OpInfo suite judges (tests/precision.py), and against
+    eager in float32. On CUDA both run cuDNN's convolutions, ours channels-last and eager's
+    NCHW, so in other kernels, with their float32 inputs rounded to TF32 by default
+    (torch.backends.cudnn.allow_tf32): each result is ~2e-3 off float64 (TF32 emulated on
+    the CPU: 2.0e-3 to 2.4e-3 over four seeds, 1.5e-6 in float32), and the two differ by as
+    much (1.2e-3 on the H200, beyond the 1e-3 this test allowed). So with TF32, ours is to be
+    no further from float64 than eager is; in float32, equal to eager within 1e-4."""
     torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
     model = _randomize_bn(torchvision.models.resnet18(num_classes=10)).to(DEVICE)
+    x = rand(2, 3, 32, 32)
     with torch.no_grad():
-        check(model, rand(1, 3, 32, 32), atol=1e-3, rtol=1e-3, interpreter=False)
+        compiled, record, _ = compile_graph(model, x)
+        assert record.fallback is None, record.fallback
+        reference = copy.deepcopy(model).double().cpu()(x.double().cpu())
+        ours, eager = compiled(x), model(x)
+        assert closer_by_rmse(ours.cpu(), eager.cpu(), reference, atol=1e-5)
+        if x.is_cuda:  # (the CPU's convolutions are float32 already)
+            monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+            ours, eager = compiled(x), model(x)
+        torch.testing.assert_close(ours, eager, atol=1e-4, rtol=1e-4)
 
 
 def test_tiny_bert_layer():

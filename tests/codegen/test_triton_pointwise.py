@@ -96,6 +96,12 @@ def test_binary_broadcast(op):
     check(lambda a, b: (op(a, b),), a, b)
 
 
+def test_binary_math_with_a_number_first():
+    """`2.0 ** x` is th.pow(2.0, x): the interpreter's libdevice stand-ins took only a
+    tensor first (AttributeError: 'float' object has no attribute 'type')."""
+    check(lambda x: (torch.pow(2.0, x), 10.0**x, torch.pow(3, x * 2)), rand(4, 5))
+
+
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]
 )

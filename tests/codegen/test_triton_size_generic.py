@@ -346,3 +346,26 @@ def test_a_generic_kernel_that_does_not_compile_runs_the_sizes_own_code(loads, m
     x, out = torch.randn(7, 8), torch.empty(7, 8)
     kernel.run(x, out)
     torch.testing.assert_close(out, x.sin() * 2)
+
+
+def test_a_dynamic_graphs_independent_kernels_run_generic_code_not_combined(loads):
+    # a combined kernel's table of program ids is written for its block size, which a
+    # generic kernel's range would keep from another size (40 rows: XBLOCK 1024, not 256):
+    # a dynamic graph combines none, its parts run size-generic code
+    if not INTERPRETED:
+        pytest.skip("needs Triton's interpreter")
+
+    def fn(a, b):
+        return a.sin() * 2, b.cos() + 1
+
+    compiled = compiler.compile(fn)
+    per_size = []
+    for n in (6, 7, 40, 9, 23):
+        a, b = torch.randn(n, 8), torch.randn(n + 3, 16)
+        before = len(loads)
+        torch.testing.assert_close(compiled(a, b), fn(a, b), msg=f"size {n}")
+        per_size.append(len(loads) - before)
+    assert per_size[2:] == [0, 0, 0], per_size
+    kinds = [k.config.get("kind") for k in compiler.inspect(compiled).kernels]
+    assert kinds[0] == "combo" and "combo" not in kinds[1:]  # the static first size's
+    assert generic_kernels(compiled)

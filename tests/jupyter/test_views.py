@@ -278,3 +278,29 @@ def test_kernel_view_lists_the_sizes_a_generic_kernel_has_served(language) -> No
     )
     rows = dict(facts(kernel))
     assert rows["sizes served"] == "3: ks0=7 kf1=7.0; ks0=9 kf1=9.0; ks0=13 kf1=13.0"
+
+
+def test_kernel_view_lists_a_combined_kernels_parts() -> None:
+    from compiler.records import KernelPart, KernelRecord
+    from jupyter_compile.inspector.common import KernelRef
+    from jupyter_compile.inspector.kernels import kernel_view
+
+    kernel = KernelRecord(
+        "triton_combo_0",
+        "triton",
+        "def triton_combo(in_ptr0, XBLOCK): pass",
+        parts=[
+            KernelPart("triton_poi_fused_lerp_1", 2304, 0, 2, ["lerp_", "mul_"]),
+            KernelPart("triton_poi_fused_lerp_2", 768, 3, 3, ["lerp__1"]),
+        ],
+    )
+    ref = SimpleNamespace(kernel=kernel, graph=SimpleNamespace(index=0))
+    text = visible(kernel_view(ref))
+    assert "parts (2): independent kernels run by this one launch" in text
+    label = KernelRef(0, SimpleNamespace(index=3), kernel).label
+    assert label == "triton_combo_0 (triton, graph 3, 2 parts)"
+    assert "triton_poi_fused_lerp_1" in text and "2,304" in text and "0..2" in text
+    assert "lerp_, mul_" in text and "3..3" in text
+    assert "parts (" not in visible(
+        kernel_view(SimpleNamespace(kernel=KernelRecord("k", "cpp", ""), graph=ref.graph))
+    )

@@ -211,3 +211,27 @@ def test_the_launcher_needs_a_cuda_driver_and_says_so():
 def test_spec_round_trips_through_json():
     s = spec((True, False), 1024)
     assert triton_binary.Spec.from_json(s.to_json()) == s
+
+
+def test_kernels_that_check_indices_compile_with_asserts_and_without_overflow_checks():
+    """A gather's kernel asserts its indices are inside (th.check_index). Triton compiles
+    device-side asserts in its debug mode only, which also asserts on every int32 overflow,
+    where our integer arithmetic wraps as eager's does: such kernels are compiled with the
+    one and not the other, by Triton's runtime and into our cache alike."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from compiler.runtime.triton_launch import TritonKernel
+
+    config = {"xnumel": 4, "XBLOCK": 4, "num_warps": 1, "kind": "pointwise"}
+    text = SimpleNamespace(name="k", source=KERNEL, config={**config, "debug": True})
+    assert TritonKernel(None, text, None, "k").options == {
+        "enable_fp_fusion": True,
+        "debug": True,
+        "sanitize_overflow": False,
+    }
+    text.config = config
+    assert TritonKernel(None, text, None, "k").options == {"enable_fp_fusion": True}
+    checked = replace(spec(), checks=True)
+    assert triton_binary.Spec.from_json(checked.to_json()) == checked
+    assert triton_binary.key(KERNEL, checked) != triton_binary.key(KERNEL, spec())

@@ -1,0 +1,222 @@
+"""Combined ("combo") Triton kernels (compiler/scheduler/horizontal.py, compiler/codegen/
+combo.py): optimizer steps over parameters of mixed sizes and dtypes, whose per-parameter
+updates launch as one kernel, against torch.optim's eager steps, and bit for bit against the
+same steps compiled with one kernel per parameter. Interpreted Triton on CPU tensors here;
+real Triton with CODEGEN_TEST_DEVICE=cuda (benchmarks/gpu_checks.sh)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Callable
+
+import pytest
+import torch
+
+import compiler
+from compiler import config
+from tests.codegen.helpers import DEVICE
+
+# (shape, parameter dtype, gradient dtype): sizes that share no block, one element, bfloat16
+# parameters. A gradient of another dtype than its parameter's makes compiler/optim run
+# torch.optim's own step (with a warning), or raise as eager does (Adam's lerp_).
+FP32 = [((33, 17), torch.float32), ((17,), torch.float32), ((5, 3, 2), torch.float32),
+        ((1,), torch.float32), ((300,), torch.float32)]  # fmt: skip
+BF16 = [((40, 3), torch.bfloat16), ((7,), torch.bfloat16)]
+
+OPTIMIZERS: dict[str, tuple[Callable, list]] = {
+    "adamw": (
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+        [(s, d, d) for s, d in FP32 + BF16],
+    ),
+    "adam_amsgrad": (
+        lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True),
+        [(s, d, d) for s, d in FP32 + BF16],
+    ),
+    "sgd_momentum": (
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2),
+        [(s, d, d) for s, d in FP32 + BF16],
+    ),
+}
+
+
+@pytest.fixture(autouse=True)
+def triton_on_cpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("COMPILER_CPU_EMITTER", "triton")
+    monkeypatch.setenv("COMPILER_STRICT", "1")
+    monkeypatch.setenv("COMPILER_CACHE_DIR", str(tmp_path / "cache"))
+    compiler.reset()
+    yield
+    compiler.reset()
+
+
+def _params(specs, seed: int = 0) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """Parameters, and fresh gradients for each of 3 steps."""
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.randn(s, generator=g).to(DEVICE, d) for s, d, _ in specs]
+    grads = [[torch.randn(s, generator=g).to(DEVICE, gd) for s, _, gd in specs] for _ in range(3)]
+    return params, grads
+
+
+def _steps(make_opt, params, grads, compiled: bool, combo: bool = True):
+    ps = [torch.nn.Parameter(p.clone()) for p in params]
+    for p, g in zip(ps, grads[0]):
+        if g.dtype != p.dtype:
+            p.grad_dtype = None  # a gradient of another dtype (torch's opt-in)
+    opt = make_opt(ps)
+    compiler.reset()
+    step = compiler.compile(lambda o: o.step()) if compiled else (lambda o: o.step())
+    with config.patch(combo_kernels=combo):
+        for step_grads in grads:
+            for p, g in zip(ps, step_grads):
+                p.grad = g.clone()
+            step(opt)
+    tensors = [*ps, *(t for s in opt.state.values() for t in s.values())]
+    report = compiler.inspect(step) if compiled else None
+    return tensors, report
+
+
+def _graph(report):
+    (record,) = [f for f in report.functions if f.name.endswith("_step")]
+    assert not record.warnings
+    (graph,) = record.graphs
+    return graph
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizer_step_in_combo_kernels_matches_eager(name):
+    make_opt, specs = OPTIMIZERS[name]
+    params, grads = _params(specs)
+    eager, _ = _steps(make_opt, params, grads, compiled=False)
+    combo, report = _steps(make_opt, params, grads, compiled=True)
+    apart, report_apart = _steps(make_opt, params, grads, compiled=True, combo=False)
+    for k, (c, e) in enumerate(zip(combo, eager)):
+        # bfloat16 parameters and states: the kernels round once per stored value where eager
+        # rounds after every op, a few bfloat16 ulps apart after 3 steps
+        tol = {"rtol": 0.05, "atol": 0.05} if e.dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(c, e, msg=lambda m, k=k: f"tensor {k}: {m}", **tol)
+    # combining launches changes no bit of any part's result
+    for k, (c, a) in enumerate(zip(combo, apart)):
+        assert torch.equal(c, a), f"tensor {k} differs from the kernel-per-parameter step"
+    kernels, alone = _graph(report).kernels, _graph(report_apart).kernels
+    updates = len(specs)
+    assert len(alone) >= updates  # one update kernel per parameter
+    assert len(kernels) <= 3  # the steps' count, the updates in one combined kernel
+    (combo_kernel,) = [k for k in kernels if k.parts]
+    assert len(combo_kernel.parts) == updates
+    assert combo_kernel.config["kind"] == "combo"
+    # every part's programs, one after another, fill the launch grid
+    ranges = [(p.first_program, p.last_program) for p in combo_kernel.parts]
+    assert ranges[0][0] == 0
+    assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))
+    xblock = combo_kernel.config["XBLOCK"]
+    assert combo_kernel.config["xnumel"] == (ranges[-1][1] + 1) * xblock
+    assert [p.elements for p in combo_kernel.parts] == [torch.Size(s).numel() for s, *_ in specs]
+    # the source names each part and the FX nodes it came from
+    for p in combo_kernel.parts:
+        assert f"{p.name}, {p.elements} elements; FX nodes {', '.join(p.fused_nodes)}" in (
+            combo_kernel.source
+        )
+
+
+def test_adam_with_gradients_of_another_dtype_raises_as_eager():
+    make_opt = OPTIMIZERS["adamw"][0]
+    params, grads = _params(
+        [((6,), torch.float32, torch.bfloat16), ((3,), torch.float32, torch.float32)]
+    )
+    with pytest.raises(RuntimeError) as eager:
+        _steps(make_opt, params, grads, compiled=False)
+    with pytest.raises(RuntimeError) as compiled:
+        _steps(make_opt, params, grads, compiled=True)
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_zero_grad_fills_and_updates_of_a_training_step():
+    """A whole training step (forward, backward, SGD step, zero_grad in one function): the
+    gradients' fills and the updates launch in as few kernels as their dependencies allow."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 20), torch.nn.Tanh(), torch.nn.Linear(20, 3)).to(
+        DEVICE
+    )
+    ref = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def train(x, y):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        return loss
+
+    eager_model = torch.nn.Sequential(
+        torch.nn.Linear(6, 20), torch.nn.Tanh(), torch.nn.Linear(20, 3)
+    ).to(DEVICE)
+    with torch.no_grad():
+        for p, r in zip(eager_model.parameters(), ref):
+            p.copy_(r)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.1, momentum=0.9)
+    compiled = compiler.compile(train)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(4, 6, generator=g).to(DEVICE), torch.randn(4, 3, generator=g).to(DEVICE)
+        compiled(x, y)
+        loss = torch.nn.functional.mse_loss(eager_model(x), y)
+        loss.backward()
+        eager_opt.step()
+        eager_opt.zero_grad(set_to_none=False)
+    for p, e in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p, e)
+        torch.testing.assert_close(p.grad, e.grad)
+    report = compiler.inspect(compiled)
+    kernels = [k for f in report.functions for g in f.graphs for k in g.kernels]
+    assert any(k.parts for k in kernels)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="compiles the interpreted run's kernels")
+def test_combo_kernels_compile_for_sm90(tmp_path):
+    pytest.importorskip("triton.backends.nvidia")
+    kernels = tmp_path / "sm90"
+    kernels.mkdir()
+    for name in OPTIMIZERS:
+        make_opt, specs = OPTIMIZERS[name]
+        params, grads = _params(specs)
+        _, report = _steps(make_opt, params, grads[:1], compiled=True)
+        for k in _graph(report).kernels:  # the cache may hold them from an earlier test
+            (kernels / f"{name}_{k.name}.py").write_text(k.source)
+    assert any("triton_combo" in p.name for p in kernels.iterdir())
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.getcwd()
+    script = os.path.join(os.path.dirname(__file__), "compile_sm90.py")
+    result = subprocess.run(
+        [sys.executable, script, str(kernels)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_gpt2_sized_adamw_step_on_the_gpu(mode):
+    """GPT-2-small's parameter shapes (one layer's, twice): the updates in combined kernels
+    under real Triton, in both modes, against eager AdamW."""
+    layer = [(768,), (768,), (768, 2304), (2304,), (768, 768), (768,), (768,), (768,),
+             (768, 3072), (3072,), (3072, 768), (768,)]  # fmt: skip
+    shapes = [(50257, 768), (1024, 768), *layer, *layer, (768,), (768,)]
+    specs = [(s, torch.float32, torch.float32) for s in shapes]
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(s, generator=g).cuda() * 0.02 for s, *_ in specs]
+    grads = [[torch.randn(s, generator=g).cuda() for s, *_ in specs] for _ in range(3)]
+    make_opt = lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1)  # noqa: E731
+    eager, _ = _steps(make_opt, params, grads, compiled=False)
+    ps = [torch.nn.Parameter(p.clone()) for p in params]
+    opt = make_opt(ps)
+    step = compiler.compile(lambda o: o.step(), mode=mode)
+    for step_grads in grads:
+        for p, gr in zip(ps, step_grads):
+            p.grad = gr.clone()
+        step(opt)
+    combo = [*ps, *(t for s in opt.state.values() for t in s.values())]
+    for c, e in zip(combo, eager):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+    kernels = _graph(compiler.inspect(step)).kernels
+    assert sum(len(k.parts) for k in kernels) == len(shapes)
+    assert len(kernels) <= 4

@@ -43,6 +43,13 @@ The settings, as torch._dynamo.config names them:
   kernels of a graph (an optimizer step's per-parameter updates, zero_grad's fills) launch
   as one combined Triton kernel (compiler/scheduler/horizontal.py). Read when a graph is
   compiled.
+- `cudagraph_size_limit` (default 512): under mode="reduce-overhead", how many sizes of one
+  dynamic graph get a CUDA graph of their own (recorded at the size's first call, replayed
+  at its later ones, all in one memory pool). Later sizes run their kernels without a graph,
+  which the graph's record says, with one `CompilerWarning`. torch.compile also records a
+  graph per distinct size (cudagraph trees), warning past 8 and re-recording a function at
+  most 128 times (cudagraph_unexpected_rerecord_limit); a generation loop of 256 new tokens
+  after its prompt needs 257 sizes, hence the larger default.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ automatic_dynamic_shapes: bool = True
 emulate_precision_casts: bool = False
 pad_matmuls: bool | str = "auto"
 combo_kernels: bool = True
+cudagraph_size_limit: int = 512
 
 _SETTINGS = (
     "cache_size_limit",
@@ -68,6 +76,7 @@ _SETTINGS = (
     "emulate_precision_casts",
     "pad_matmuls",
     "combo_kernels",
+    "cudagraph_size_limit",
 )
 
 

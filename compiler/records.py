@@ -121,10 +121,12 @@ class KernelRecord:
     measured_ms: float | None = None  # filled by a timing run
     graph: str = ""  # "forward" or "backward" for a training graph's kernels, else ""
     # A dynamic graph's kernel run by size-generic code (compiler/codegen/size_args.py): the
-    # generic kernel's name, its source, and the size arguments this kernel passes it.
+    # generic kernel's name, its source, the size arguments this kernel passes it, and the
+    # arguments of every size the generic kernel has served (C++ and Triton alike).
     size_generic: str = ""
     generic_source: str = ""
     size_args: dict[str, int | float] = field(default_factory=dict)
+    sizes_served: list[tuple] = field(default_factory=list)
     parts: list[KernelPart] = field(default_factory=list)  # a combined kernel's parts
 
 

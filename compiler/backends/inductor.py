@@ -387,7 +387,9 @@ class _Compiled:
             materialise_recomputed=emitter.materialise_recomputed,
             processors=emitter.processors(device),
             device=device,
-            horizontal=emitter.horizontal and config.combo_kernels,
+            # Not in a dynamic graph: a combined kernel's program table is written for each
+            # size's blocks, so it would compile per size; its parts run size-generic code
+            horizontal=emitter.horizontal and config.combo_kernels and not generic_kernels(),
         )
 
     def _codegen(
@@ -416,7 +418,7 @@ class _Compiled:
                 mode = None
             if note not in self.record.notes:
                 self.record.notes.append(note)
-        run = _runner(call, aot, mode, device, mutated, self.record.notes, self.part)
+        run = _runner(call, aot, mode, device, mutated, self.record, self.part)
         run = alias_safe(run, self.gm.forward, mutated, self.record, self.inputs)
         run.mutated_inputs = mutated
         return run
@@ -475,7 +477,7 @@ class _Compiled:
         prefix = f"{self.part} graph: " * bool(self.part) + "size-generic kernels: "
         note = (
             f"{prefix}{len(self.generic)} of {len(kernels)} kernels run code compiled once "
-            "for every size (sizes passed as int64_t arguments)"
+            "for every size (sizes passed as arguments)"
         )
         notes = self.record.notes
         notes[:] = [n for n in notes if not n.startswith(prefix)] + [note]
@@ -493,6 +495,8 @@ class _Compiled:
                 if k.name in self.shared:
                     config["compiled_as"] = self.shared[k.name]  # the same code, compiled once
                 sized = self.generic.get(k.name)
+                if sized is not None and sized.generic.configs:  # Triton: its range's blocks
+                    config.update(sized.config)
                 rec.kernels.append(
                     KernelRecord(
                         k.name,
@@ -507,6 +511,8 @@ class _Compiled:
                         size_generic=sized.generic.name if sized else "",
                         generic_source=sized.generic.source if sized else "",
                         size_args=dict(sized.sizes) if sized else {},
+                        # the generic kernel's own list: it grows as later sizes call it
+                        sizes_served=sized.generic.served if sized else [],
                         parts=_parts(launch, k),
                     )
                 )
@@ -574,7 +580,7 @@ def _runner(
     mode: str | None,
     device: torch.device,
     mutated: list[int],
-    notes: list[str],
+    record: GraphRecord,
     part: str,
 ) -> Callable:
     """Turn `call(list) -> flat tuple` into `fn(*args) -> gm's output`, as eager returns it
@@ -582,14 +588,16 @@ def _runner(
     output = next(n for n in aot.gm.graph.nodes if n.op == "output")
     _, spec = tree_flatten(plain_containers(output.args[0]))
     if mode == "reduce-overhead" and device.type == "cuda":
-        from compiler.runtime.cudagraphs import CudaGraphRunner
+        from compiler.runtime.cudagraphs import CudaGraphRunner, SizeGraphs
 
+        label = f"{part} graph: " * bool(part)
         call = CudaGraphRunner(
             call,
             mutated,
             aot.internal_from,
             aot.gradients_out,
-            notes,
-            f"{part} graph: " * bool(part),
+            record.notes,
+            label,
+            SizeGraphs.of(record, label, record.notes),  # one record for all its sizes
         )
     return returning_as_eager(call, aot.outputs, spec)

@@ -111,6 +111,7 @@ def load_sized(kernels: Sequence[KernelSource]) -> list[CppKernel]:
             own.append(k)
             continue
         variant, values = hit
+        variant.serve(values)
         generic = variant.loaded
         out[k] = CppKernel(
             kernel.name,

@@ -20,6 +20,10 @@ Static graphs' kernels stay as they were; their compile only notes the skeleton 
 of each kernel's size-generic text (`note_sample`), so the first dynamic size after a static
 one finds a second sample and compiles the generic kernel at once: one static and one
 generic compile, as torch.compile's "static, then dynamic" does.
+
+Triton kernels are cut the same way (compiler/codegen/triton_sized.py), in their own
+*dialect* (`DIALECTS`): Python literals, `#` comments, size parameters before the block
+sizes. Their block sizes are constexprs outside the text, chosen per range of sizes there.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import contextvars
 import hashlib
 import re
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -36,13 +41,54 @@ from typing import Any, Iterator
 # Numeric literals of the C++ emitter (compiler/codegen/cpp_ops.py): `INT64_C(5)`, floats
 # printed by repr (`0.125f`, `1e-05f`, `0.5`), plain integers (`256*x0`, `x0 < 9`). Digits
 # inside identifiers (`tmp12`, `int32_t`, `in_ptr0`) are not literals.
-_LITERAL = re.compile(
+_CPP_LITERAL = re.compile(
     r"INT64_C\((?P<i64>\d+)\)"
     r"|(?<![\w.])(?P<float>(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+))(?P<fsuf>f?)(?![\w.])"
     r"|(?<![\w.])(?P<int>\d+)(?![\w.])"
 )
-# The C type a parameter of each literal kind has, and the marker the skeleton shows.
-_KINDS = {"int": "int64_t", "float": "float", "double": "double"}
+# The Triton emitter's literals (compiler/codegen/triton_writer.py): Python ints and floats
+# as repr writes them, never suffixed.
+_PY_LITERAL = re.compile(
+    r"(?<![\w.])(?P<float>(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+))(?P<fsuf>)(?![\w.])"
+    r"|(?<![\w.])(?P<int>\d+)(?![\w.])"
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one kernel language writes literals, comments and parameters."""
+
+    literal: re.Pattern
+    comment: str  # a whole-line comment's prefix
+    ctypes: dict[str, str]  # literal kind -> its parameter's type in the generic code
+    prefix: str  # generic kernels are named <prefix>_<skeleton digest>_<k>
+    # What the code before a float literal must end with for the literal to become a
+    # parameter (None: any float may)
+    float_context: re.Pattern | None = None
+
+    def free(self, kind: str, code: str, start: int) -> bool:
+        """Whether the literal of `kind` at `start` of `code` may become a parameter."""
+        if kind == "int" or self.float_context is None:
+            return True
+        return self.float_context.search(code[max(0, start - 16) : start]) is not None
+
+
+DIALECTS = {
+    "cpp": Dialect(
+        _CPP_LITERAL, "//", {"int": "int64_t", "float": "float", "double": "double"}, "cpp_sized"
+    ),
+    # Triton passes a Python int as i32 or i64 by its value and a float as fp32. A float
+    # literal becomes a parameter only as the value of a typed 0-d tensor (a mean's count,
+    # `tl.full([], 40.0, tl.float32)`): a bare float literal is a weakly typed scalar (a
+    # float16 operand stays float16), an fp32 argument is not.
+    "triton": Dialect(
+        _PY_LITERAL,
+        "#",
+        {"int": "int", "double": "float"},
+        "triton_sized",
+        re.compile(r"tl\.full\(\[\], $"),
+    ),
+}
 _MARKER = {"int": "@i@", "float": "@f@", "double": "@d@"}
 # Generic variants of one skeleton (another grouping of its parameters) before sizes of it
 # are compiled per size again.
@@ -60,18 +106,21 @@ class Split:
     kinds: tuple[str, ...]  # "int", "float" or "double"
     code: str  # the code lines the literals were found in (comment lines dropped)
     spans: tuple[tuple[int, int], ...]  # each literal's span in `code`
+    free: tuple[bool, ...] = ()  # per literal: whether it may become a parameter
+    dialect: str = "cpp"
 
 
-def split(source: str, name: str) -> Split:
-    """`source` (one kernel function, as the C++ emitter writes it) cut into skeleton and
+def split(source: str, name: str, dialect: str = "cpp") -> Split:
+    """`source` (one kernel, as the C++ or Triton emitter writes it) cut into skeleton and
     literals. Comment lines are not code: they name FX nodes and user lines, which differ
     between graphs whose kernels are the same program."""
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith("//")]
+    d = DIALECTS[dialect]
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(d.comment)]
     code = "\n".join(lines)
     parts, texts, kinds, spans = [], [], [], []
     last = 0
-    for m in _LITERAL.finditer(code):
-        if m.group("i64") is not None:
+    for m in d.literal.finditer(code):
+        if m.groupdict().get("i64") is not None:
             kind, text = "int", m.group("i64")
         elif m.group("float") is not None:
             kind, text = ("float" if m.group("fsuf") else "double"), m.group("float")
@@ -85,7 +134,8 @@ def split(source: str, name: str) -> Split:
         last = m.end()
     parts.append(code[last:])
     skeleton = re.sub(rf"\b{re.escape(name)}\b", "@kernel@", "".join(parts))
-    return Split(skeleton, tuple(texts), tuple(kinds), code, tuple(spans))
+    free = tuple(d.free(k, code, start) for k, (start, _) in zip(kinds, spans))
+    return Split(skeleton, tuple(texts), tuple(kinds), code, tuple(spans), free, dialect)
 
 
 @dataclass
@@ -97,9 +147,15 @@ class Variant:
     fixed: dict[int, str]  # position -> literal text the generic code has there
     name: str  # the generic function's name
     source: str  # the generic function's text
-    ctypes: tuple[str, ...]  # per parameter: "int64_t", "float" or "double"
+    # per parameter: "int64_t", "float" or "double" (Triton: "int" or "float")
+    ctypes: tuple[str, ...]
     loaded: Any = None  # the compiled kernel, once built (CppEmitter.load_many)
     failed: bool = False  # its build failed: sizes of this skeleton compile per size
+    dialect: str = "cpp"
+    # The parameter values of every size it has served, in order (the inspector lists them)
+    served: list[tuple] = field(default_factory=list)
+    # Triton: the block-size configs chosen for ranges of sizes (triton_sized.py)
+    configs: list[dict] = field(default_factory=list)
 
     @property
     def params(self) -> list[str]:
@@ -117,8 +173,27 @@ class Variant:
             text = s.texts[group[0]]
             if any(s.texts[p] != text for p in group[1:]):
                 return None
-            out.append(int(text) if ctype == "int64_t" else float(text))
+            if ctype in _INTEGER:
+                out.append(int(text))
+            elif ctype == "float" and self.dialect == "triton" and not _fp32_exact(text):
+                return None  # Triton's float argument is fp32: this literal needs its own code
+            else:
+                out.append(float(text))
         return tuple(out)
+
+    def serve(self, values: tuple) -> None:
+        """Note a size this kernel runs (once per size)."""
+        with _lock:
+            if values not in self.served:
+                self.served.append(values)
+
+
+_INTEGER = ("int64_t", "int")
+
+
+def _fp32_exact(text: str) -> bool:
+    value = float(text)
+    return struct.unpack("f", struct.pack("f", value))[0] == value
 
 
 @dataclass
@@ -198,14 +273,15 @@ def _variant(s: Split, samples: list[tuple[str, ...]], k: int) -> Variant:
     fixed: dict[int, str] = {}
     for pos in range(len(s.texts)):
         column = tuple(t[pos] for t in samples)
-        if len(set(column)) == 1:
-            fixed[pos] = column[0]
+        if len(set(column)) == 1 or not s.free[pos]:
+            fixed[pos] = s.texts[pos]  # a literal that cannot vary guards sizes with its value
         else:
             columns.setdefault((s.kinds[pos], column), []).append(pos)
     groups = tuple(tuple(ps) for ps in columns.values())
-    ctypes = tuple(_KINDS[kind] for kind, _ in columns)
+    d = DIALECTS[s.dialect]
+    ctypes = tuple(d.ctypes[kind] for kind, _ in columns)
     # Named by its skeleton, so that the disk cache finds it again in another process.
-    name = f"cpp_sized_{hashlib.sha1(s.skeleton.encode()).hexdigest()[:12]}_{k}"
+    name = f"{d.prefix}_{hashlib.sha1(s.skeleton.encode()).hexdigest()[:12]}_{k}"
     names = [_param(j, c) for j, c in enumerate(ctypes)]
     param_of = {p: j for j, ps in enumerate(groups) for p in ps}
     out, last = [], 0
@@ -217,20 +293,44 @@ def _variant(s: Split, samples: list[tuple[str, ...]], k: int) -> Variant:
             out.append(s.code[start:end])
         last = end
     out.append(s.code[last:])
+    code = _SIGNATURES[s.dialect]("".join(out), name, ctypes, names)
+    header = f"{d.comment} {name}: size-generic kernel; parameters {', '.join(names)}"
+    return Variant(groups, fixed, name, f"{header}\n{code}\n", ctypes, dialect=s.dialect)
+
+
+def _cpp_signature(code: str, name: str, ctypes: tuple[str, ...], names: list[str]) -> str:
+    """The function (the text's one `extern "C"` definition) renamed, its parameters
+    appended."""
     extra = ", ".join(f"{c} {n}" for c, n in zip(ctypes, names))
-    # The function (the text's one `extern "C"` definition) renamed, its parameters appended.
-    code = re.sub(
+    return re.sub(
         r'extern "C" void \w+\((.*?)\) \{',
         lambda m: f'extern "C" void {name}({", ".join(p for p in (m.group(1), extra) if p)}) {{',
-        "".join(out),
+        code,
         count=1,
     )
-    header = f"// {name}: size-generic kernel; parameters {', '.join(names)}"
-    return Variant(groups, fixed, name, f"{header}\n{code}\n", ctypes)
+
+
+def _triton_signature(code: str, name: str, ctypes: tuple[str, ...], names: list[str]) -> str:
+    """The `@triton.jit` kernel (the one taking XBLOCK) renamed, its size parameters before
+    the block sizes and left unspecialised: Triton would otherwise compile it again for a
+    size divisible by 16 (or equal to 1), which is what one compile for every size avoids.
+    The module's alias line for the per-size name goes (the variant is found by its own)."""
+    extra = "".join(f"{n}, " for n in names)
+    dns = f"(do_not_specialize=[{', '.join(repr(n) for n in names)}])" if names else ""
+    code = re.sub(
+        r"@triton\.jit\ndef \w+\(([^)]*?)(XBLOCK: tl\.constexpr[^)]*)\):",
+        lambda m: f"@triton.jit{dns}\ndef {name}({m.group(1)}{extra}{m.group(2)}):",
+        code,
+        count=1,
+    )
+    return re.sub(r"\n\w+ = \w+\s*$", "\n", code)
+
+
+_SIGNATURES = {"cpp": _cpp_signature, "triton": _triton_signature}
 
 
 def _param(j: int, ctype: str) -> str:
-    return f"ks{j}" if ctype == "int64_t" else f"kf{j}"
+    return f"ks{j}" if ctype in _INTEGER else f"kf{j}"
 
 
 def clear() -> None:

@@ -18,6 +18,7 @@ import re
 import torch
 
 from compiler import config as settings
+from compiler.codegen import size_args, triton_sized
 from compiler.codegen.combo import combo_source
 from compiler.codegen.common import KernelEmitter, KernelSource, store_order
 from compiler.codegen.triton_writer import TL_DTYPES, KernelWriter, Scope
@@ -325,12 +326,25 @@ class TritonEmitter(KernelEmitter):
         return INTERPRETED_PROCESSORS
 
     def emit_kernel(self, group: KernelGroup, schedule: Schedule) -> KernelSource:
-        return _SOURCES[group.kind](group, schedule)
+        kernel = _SOURCES[group.kind](group, schedule)
+        if not size_args.generic_kernels():
+            # noted for the first dynamic size of this graph: its one generic load (a
+            # combined kernel's parts, which a dynamic graph runs uncombined, each)
+            for part in group.parts or (group,):
+                triton_sized.note_sample(kernel if part is group else kernel_source(part, schedule))
+        return kernel
 
     def load(self, kernel: KernelSource, mode: str | None):
         from compiler.runtime.triton_launch import load_kernel
 
         return load_kernel(kernel, mode)
+
+    def load_many(self, kernels, mode: str | None) -> list:
+        """A dynamic graph's kernels run size-generic functions where there are some
+        (compiler/codegen/triton_sized.py); a static graph's load one by one."""
+        if size_args.generic_kernels():
+            return triton_sized.load_sized(kernels, mode)
+        return [self.load(k, mode) for k in kernels]
 
     def warm_up(self, kernels, device: torch.device) -> list[str]:
         """On a GPU, every kernel compiled before the first call, several at a time (the
@@ -340,4 +354,5 @@ class TritonEmitter(KernelEmitter):
         from compiler.runtime.triton_launch import launch_notes, warm_all
 
         warm_all(list(kernels))
-        return launch_notes([k for k, _ in kernels])
+        notes = triton_sized.own_code_where_generic_fails(kernels)
+        return launch_notes([k for k, _ in kernels]) + notes

@@ -101,12 +101,9 @@ def default_config(kind: str, xnumel: int, rnumel: int) -> dict:
     if kind == "pointwise":
         xblock = min(next_pow2(max(xnumel, 1)), 4096 if interp else 1024)
         return {"XBLOCK": xblock, "num_warps": 4 if xblock >= 256 else 1}
-    budget = 8192 if interp else 4096
+    budget = _BUDGET[interp]
     if rnumel <= PERSISTENT_MAX:
-        rblock = next_pow2(max(rnumel, 1))
-        xblock = max(1, min(next_pow2(max(xnumel, 1)), budget // rblock, 64))
-        warps = 8 if rblock >= 512 else (4 if rblock * xblock >= 256 else 1)
-        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps, "persistent": True}
+        return persistent_config(xnumel, next_pow2(max(rnumel, 1)))
     xblock = 1 if xnumel < 64 else 8
     return {
         "XBLOCK": xblock,
@@ -114,6 +111,17 @@ def default_config(kind: str, xnumel: int, rnumel: int) -> dict:
         "num_warps": 8,
         "persistent": False,
     }
+
+
+_BUDGET = {True: 8192, False: 4096}  # a block's elements, interpreted or not
+
+
+def persistent_config(xnumel: int, rblock: int) -> dict:
+    """A persistent reduction's config for rows of up to `rblock` elements (a power of 2)."""
+    budget = _BUDGET[os.environ.get("TRITON_INTERPRET") == "1"]
+    xblock = max(1, min(next_pow2(max(xnumel, 1)), budget // rblock, 64))
+    warps = 8 if rblock >= 512 else (4 if rblock * xblock >= 256 else 1)
+    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps, "persistent": True}
 
 
 @dataclass

@@ -23,16 +23,28 @@ backward's graph is captured reading them where they are, so a training step cop
 its saved activations. Whoever keeps them past the next replay must copy them first
 (aot/autograd.py does, for a backward still pending). A later call that hands the backward
 other memory than it was captured on runs the backward's kernels without the graph.
+
+A dynamic graph is compiled per size (compiler/backends/per_size.py), each size with a
+runner of its own: one CUDA graph per size, recorded at the size's first call and replayed
+at its later ones (a generation loop run again records nothing). The sizes of one graph
+share a `SizeGraphs`: at most `config.cudagraph_size_limit` of them are recorded, later
+ones run their kernels without a graph (said in the record, warned once), and inference
+graphs record into one memory pool: a replay's outputs are copied out before any other
+size replays, so the sizes' intermediates can share memory (256 sizes of a GPT-2 step
+would otherwise hold 256 private pools).
 """
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections import Counter
 from typing import Any, Callable, Sequence
 
 import torch
 
+from compiler import config
+from compiler.records import CompilerWarning
 from compiler.runtime import cpp_ext
 from compiler.runtime.copies import clone_many, copy_many
 from compiler.support.static import is_static_address
@@ -64,6 +76,65 @@ def _split(pairs: list[tuple[int, int]]) -> tuple[tuple[int, ...], tuple[int, ..
     return (tuple(i for i, _ in pairs), tuple(p for _, p in pairs))
 
 
+class SizeGraphs:
+    """The CUDA graphs of one graph's sizes (one per runner): how many are recorded, the
+    cap, the memory pool of those that may share one, and the record's note about them."""
+
+    def __init__(self, notes: list[str] | None, label: str) -> None:
+        self.notes = notes
+        self.label = label
+        self.recorded = 0
+        self.ungraphed_sizes = 0
+        self.limit = config.cudagraph_size_limit
+        self._pool: Any = None
+
+    @staticmethod
+    def of(owner: Any, label: str, notes: list[str] | None) -> "SizeGraphs":
+        """The SizeGraphs of `owner` (a graph's record, shared by its sizes' compiles) for
+        the part `label` names (a training graph's forward and backward apart)."""
+        key = (id(owner), label)
+        found = _size_graphs.get(key)
+        if found is None:
+            found = _size_graphs[key] = SizeGraphs(notes, label)
+            weakref.finalize(owner, _size_graphs.pop, key, None)
+        return found
+
+    def admit(self) -> bool:
+        """Whether one more size may record a graph (counted when it may)."""
+        if self.recorded < self.limit:
+            self.recorded += 1
+            self._note()
+            return True
+        self.ungraphed_sizes += 1
+        if self.ungraphed_sizes == 1:
+            warnings.warn(
+                f"compiler: {self.label}CUDA graphs were recorded for {self.limit} sizes "
+                "(config.cudagraph_size_limit); later sizes run their kernels without a graph",
+                CompilerWarning,
+                stacklevel=4,
+            )
+        self._note()
+        return False
+
+    def pool(self) -> Any:
+        """The memory pool the sizes' inference graphs record into."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
+
+    def _note(self) -> None:
+        if self.notes is None:
+            return
+        head = f"{self.label}CUDA graphs per size: "
+        note = f"{head}{self.recorded} recorded (limit {self.limit}, config.cudagraph_size_limit)"
+        if self.ungraphed_sizes:
+            note += f"; {self.ungraphed_sizes} later sizes run their kernels without a graph"
+        self.notes[:] = [n for n in self.notes if not n.startswith(head)] + [note]
+
+
+_size_graphs: dict[tuple[int, str], SizeGraphs] = {}
+
+
 class CudaGraphRunner:
     """Runs `call(list of tensors) -> tuple` as a CUDA graph, for one input signature."""
 
@@ -75,8 +146,12 @@ class CudaGraphRunner:
         hand_out: bool = False,
         notes: list[str] | None = None,
         label: str = "",
+        sizes: SizeGraphs | None = None,
     ):
         self.call = call
+        self.sizes = sizes
+        # Whether this size may record a graph: asked of `sizes` at the first call
+        self.admitted: bool | None = None if sizes is not None else True
         self.notes = notes  # the graph's record: what a replay copies is said there
         self.label = label  # "forward graph: " in a training graph's record
         self.hand_out = hand_out
@@ -95,6 +170,11 @@ class CudaGraphRunner:
         self.ungraphed_calls = 0
 
     def __call__(self, args: list) -> tuple:
+        if self.admitted is None:
+            self.admitted = self.sizes.admit()
+        if not self.admitted:  # past the graph's cap of sizes: no graph for this one
+            self.ungraphed_calls += 1
+            return tuple(self.call(list(args)))
         if self.handed_outputs is not None:
             self.handed_outputs.move_held()  # before anything below writes the graph's memory
         if self.graph is None or _moved(args, self.borrowed_at):
@@ -143,7 +223,10 @@ class CudaGraphRunner:
             torch.cuda.current_stream().wait_stream(stream)
         # Capturing runs nothing, so the replay below is the call's only write.
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # An inference graph's sizes share a pool: every output is copied out after a replay
+        # (nothing of the pool stays in use but the outputs, which stay allocated)
+        shared = self.sizes is not None and self.internal_from is None and not self.hand_out
+        with torch.cuda.graph(graph, pool=self.sizes.pool() if shared else None):
             self.outputs = self.call(inputs)
         self.graph = graph
         self.captures += 1

@@ -75,16 +75,37 @@ class TritonKernel:
     arguments and computing the specialisation key in `JITFunction.run` costs tens of
     microseconds a launch, as much as a small kernel runs. Triton specialises pointers on
     16-byte alignment, so the alignment of every buffer is part of the key: a view at an odd
-    offset gets its own compiled kernel, never one that assumes aligned loads."""
+    offset gets its own compiled kernel, never one that assumes aligned loads.
 
-    def __init__(self, fn: Any, kernel: KernelText, mode: str | None, key: str):
+    A size-generic kernel (compiler/codegen/triton_sized.py) is one function shared by the
+    sizes of a dynamic graph: each size's TritonKernel passes its own `sizes` after the
+    buffers, with its own grid and block sizes."""
+
+    def __init__(
+        self,
+        fn: Any,
+        kernel: KernelText,
+        mode: str | None,
+        key: str,
+        sizes: dict[str, int | float] | None = None,
+        generic: Any = None,
+    ):
         self.fn = fn
         self.name = kernel.name
+        self.mode = mode
+        self.own: KernelText | None = None  # a size-generic kernel's per-size code
+        self.sizes = sizes or {}
+        self.generic = generic  # the size_args.Variant whose code it runs, if any
+        self._values = tuple(self.sizes.values())
         self.meta = kernel.config
         self.xnumel = kernel.config["xnumel"]
         self.config = {
             k: kernel.config[k] for k in ("XBLOCK", "RBLOCK", "num_warps") if k in kernel.config
         }
+        # A size-generic kernel's sizes share its source: what max-autotune saves is kept per
+        # range of block sizes (a persistent reduction's RBLOCK must hold its rows)
+        if self._values:
+            key += "-" + "-".join(f"{k}{v}" for k, v in sorted(self.config.items()))
         self.key = key
         self.autotune = mode in ("max-autotune", "max-autotune-no-cudagraphs") and not INTERPRET
         if self.autotune:
@@ -108,6 +129,8 @@ class TritonKernel:
         self.direct: dict[tuple[bool, ...], Callable] = {}
         self.launch: Callable | None = None
         self.direct_off = "Triton's interpreter runs it" if INTERPRET else direct_launch_off()
+        if self._values and self.direct_off is None:
+            self.direct_off = "it takes size arguments, which CudaLaunch does not pass"
         self.hooks = _launch_hooks() if self.direct_off is None else None
 
     def _tuned_path(self):
@@ -134,6 +157,12 @@ class TritonKernel:
     def run(self, *args: Any) -> None:
         if self.xnumel == 0:
             return
+        if self._values:
+            ptrs = [*(a.data_ptr() for a in args), *self._values] if not INTERPRET else []
+            args = (*args, *self._values)
+            if not INTERPRET:  # a launcher bound to pointers and sizes (Triton's runtime)
+                self._run_slow(args, ptrs)
+                return
         if INTERPRET:
             self._launch(args, self.config)
             return
@@ -268,8 +297,9 @@ class TritonKernel:
         """Triton's compile (or cache lookup) of this kernel for pointers of these dtypes."""
         blocks = {k: v for k, v in self.config.items() if k != "num_warps"}
         return self.fn.warmup(
-            *args_dtypes, grid=(1,), num_warps=self.config["num_warps"], **blocks, **self.options
-        )
+            *args_dtypes, *self._values, grid=(1,), num_warps=self.config["num_warps"], **blocks,
+            **self.options,
+        )  # fmt: skip
 
     def specialisation(self, args_dtypes: Sequence[torch.dtype]) -> str | None:
         """Triton's specialisation data (JSON) for the compile `warm` would do, captured by
@@ -381,11 +411,16 @@ def launch_notes(kernels: Sequence[TritonKernel]) -> list[str]:
         "Triton kernels are compiled to cubins in the cache's cubins/ folder and launched "
         "through the CUDA driver by the C++ extension (no launcher built with gcc)"
     ]
-    notes += [
-        f"{k.name} is launched by Triton's runtime: {k.direct_off}"
-        for k in kernels
-        if k.direct_off is not None
-    ]
+    by_reason: dict[str, list[str]] = {}
+    for k in kernels:
+        if k.direct_off is not None:
+            by_reason.setdefault(k.direct_off, []).append(k.name)
+    for why, names in by_reason.items():  # a dynamic graph's size-generic kernels share one
+        if len(names) == 1:
+            notes.append(f"{names[0]} is launched by Triton's runtime: {why}")
+        else:
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            notes.append(f"{len(names)} kernels ({shown}) are launched by Triton's runtime: {why}")
     return notes
 
 
@@ -429,12 +464,18 @@ def _c_launch(run: Any) -> Callable | None:
     return launch if type(launch).__name__ == "builtin_function_or_method" else None
 
 
-def load_kernel(kernel: KernelText, mode: str | None) -> TritonKernel:
+def load_function(source: str, name: str) -> tuple[Any, str]:
+    """The `@triton.jit` function `name` of a kernel module (imported from the cache, which
+    writes it first if absent), and its cache key. Each call with a new source is one Triton
+    kernel compiled (on a GPU, at its warm-up or first launch)."""
     device = "interpreter" if INTERPRET else "cuda"
-    module, _ = load_module(kernel.source, device)
-    return TritonKernel(
-        getattr(module, kernel.name), kernel, mode, source_key(kernel.source, device)
-    )
+    module, _ = load_module(source, device)
+    return getattr(module, name), source_key(source, device)
+
+
+def load_kernel(kernel: KernelText, mode: str | None) -> TritonKernel:
+    fn, key = load_function(kernel.source, kernel.name)
+    return TritonKernel(fn, kernel, mode, key)
 
 
 def warm_all(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) -> None:
@@ -532,7 +573,8 @@ def in_workers(kernels: Sequence[tuple[TritonKernel, Sequence[torch.dtype]]]) ->
         if spec is not None and module is not None:
             requests.append(
                 compile_workers.Request(
-                    module.__file__, module.__name__, kernel.name, spec,
+                    # the function's own name: a size-generic module binds no per-size one
+                    module.__file__, module.__name__, kernel.fn.fn.__name__, spec,
                     (target.backend, target.arch, target.warp_size),
                 )
             )  # fmt: skip

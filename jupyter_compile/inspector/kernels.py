@@ -40,6 +40,7 @@ def facts(kernel: KernelRecord, timed: bool = False) -> list[tuple[str, object]]
         rows.append(
             ("sizes", f"dynamic: runs {kernel.size_generic}, compiled once for all sizes; {args}")
         )
+        rows.append(("sizes served", served(kernel)))
     if kernel.config:
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in kernel.config.items())))
     if kernel.bytes_accessed:
@@ -54,6 +55,13 @@ def facts(kernel: KernelRecord, timed: bool = False) -> list[tuple[str, object]]
             ("measured time", NOT_PROFILED if timed else "run timing (Timing tab) to measure")
         )
     return rows
+
+
+def served(kernel: KernelRecord) -> str:
+    """The size arguments of every size a size-generic kernel has run, in order."""
+    names = list(kernel.size_args)
+    sizes = [" ".join(f"{n}={v}" for n, v in zip(names, values)) for values in kernel.sizes_served]
+    return f"{len(sizes)}: " + "; ".join(sizes)
 
 
 def kernel_view(ref: KernelRef, timed: bool = False) -> str:
@@ -86,7 +94,8 @@ def kernel_view(ref: KernelRef, timed: bool = False) -> str:
     parts.append(highlight(k.source, _LANGUAGE_LEXER.get(k.language, "text"), max_height=520))
     if k.generic_source:
         parts.append(heading(f"the size-generic code it runs ({k.size_generic})"))
-        parts.append(highlight(k.generic_source, "cpp", max_height=520))
+        lexer = _LANGUAGE_LEXER.get(k.language, "text")
+        parts.append(highlight(k.generic_source, lexer, max_height=520))
     return "".join(parts)
 
 

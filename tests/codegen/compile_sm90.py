@@ -32,6 +32,7 @@ POINTERS = {
 # Triton's `/` and tl.sqrt lower to PTX's div.full.f32 and sqrt.approx.ftz.f32, the
 # interpreter computes them exactly. Found in the kernel's Triton IR, where libdevice's
 # functions (whose own PTX is eager's too) are still calls.
+SIZE_ARGUMENT = re.compile(r"k[sf]\d+")
 IMPRECISE = re.compile(r"\b(?:arith\.divf|math\.sqrt) [^:\n]*: (?:tensor<[0-9x]*)?f32\b")
 
 
@@ -52,6 +53,8 @@ def compile_module(path: Path) -> None:
         if name in ("XBLOCK", "RBLOCK"):
             signature[name] = "constexpr"
             constants[(k,)] = 64
+        elif SIZE_ARGUMENT.fullmatch(name):  # a size-generic kernel's (codegen/triton_sized.py)
+            signature[name] = "i32" if name.startswith("ks") else "fp32"
         else:
             dtype = re.search(rf"# {name} = \w+: (\w+)\[", source).group(1)
             signature[name] = POINTERS[dtype]

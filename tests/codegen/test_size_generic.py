@@ -36,12 +36,13 @@ def builds(tmp_path, monkeypatch):
     size_args.clear()
 
 
-def sweep(fn, make_args, builds, sizes=SIZES, atol=1e-5, rtol=1e-5):
-    """Compiled vs eager at each size; returns the C++ builds each size cost."""
+def sweep(fn, make_args, builds, sizes=SIZES, atol=1e-5, rtol=1e-5, device="cpu"):
+    """Compiled vs eager at each size; returns what each size added to `builds` (the C++
+    builds here; tests/codegen/test_triton_size_generic.py counts Triton modules loaded)."""
     compiled = compiler.compile(fn)
     per_size = []
     for n in sizes:
-        args = make_args(n)
+        args = [a.to(device) for a in make_args(n)]
         before = len(builds)
         with torch.no_grad():
             expected = fn(*args)
@@ -141,7 +142,7 @@ class Attention(torch.nn.Module):
         q, k, v = self.qkv(self.ln(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
-        i = torch.arange(t)
+        i = torch.arange(t, device=x.device)
         att = att.masked_fill(i[None, :] > i[:, None], float("-inf")).softmax(-1)
         return x + (att @ v).transpose(1, 2).reshape(b, t, d)
 

@@ -261,6 +261,25 @@ def test_kernel_view_says_a_kernel_is_size_generic_and_what_sizes_it_got() -> No
     assert "sizes" not in dict(facts(KernelRecord("k", "cpp", "")))
 
 
+@pytest.mark.parametrize("language", ["cpp", "triton"])
+def test_kernel_view_lists_the_sizes_a_generic_kernel_has_served(language) -> None:
+    # both backends' generic kernels report alike: what they run, and every size served
+    from compiler.records import KernelRecord
+    from jupyter_compile.inspector.kernels import facts
+
+    kernel = KernelRecord(
+        f"{language}_fused_add_0",
+        language,
+        "",
+        size_generic=f"{language}_sized_ab_0",
+        generic_source="...",
+        size_args={"ks0": 9, "kf1": 9.0},
+        sizes_served=[(7, 7.0), (9, 9.0), (13, 13.0)],
+    )
+    rows = dict(facts(kernel))
+    assert rows["sizes served"] == "3: ks0=7 kf1=7.0; ks0=9 kf1=9.0; ks0=13 kf1=13.0"
+
+
 def test_kernel_view_lists_a_combined_kernels_parts() -> None:
     from compiler.records import KernelPart, KernelRecord
     from jupyter_compile.inspector.common import KernelRef

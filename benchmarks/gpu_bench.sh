@@ -5,8 +5,9 @@
 # short still returns what finished). Parts (GPU_BENCH, in order; default all):
 #   probe     benchmarks/range_factories_gpu.py: integer linspace/logspace against eager's kernels
 #   optim     benchmarks/optim_gpu.py: the AdamW step alone, GPT-2 small's parameters
-#   amp       benchmarks/amp_train_gpu.py: GPT-2 and Llama-style bf16 training steps,
-#             reduce-overhead mode, eager / ours / torch.compile
+#   amp       benchmarks/amp_train_gpu.py: the bf16 training steps of $AMP_MODELS (default
+#             gpt2 llama), reduce-overhead mode, eager and ours (AMP_ARGS=--tc adds
+#             torch.compile)
 #   sweep     benchmarks/dynamic_sweep.py --device cuda: the 24-length decoder sweep
 # Extra arguments per part: PROBE_ARGS, OPTIM_ARGS, AMP_ARGS, SWEEP_ARGS.
 set -u
@@ -25,12 +26,12 @@ part() {  # name, seconds, command...
 for p in ${GPU_BENCH:-probe optim amp sweep}; do
   case $p in
     probe) part probe 60 python3 benchmarks/range_factories_gpu.py ${PROBE_ARGS:-} ;;
-    optim) part optim 90 python3 benchmarks/optim_gpu.py ${OPTIM_ARGS:-} ;;
-    amp) for model in gpt2 llama; do
+    optim) part optim 90 python3 benchmarks/optim_gpu.py ${OPTIM_ARGS:---models gpt2 --optimizer adamw} ;;
+    amp) for model in ${AMP_MODELS:-gpt2 llama}; do
            part amp_$model 170 python3 benchmarks/amp_train_gpu.py --model $model \
-             --mode reduce-overhead --steps 3 --time 10 --tc ${AMP_ARGS:-}
+             --mode reduce-overhead --steps 3 --time 10 ${AMP_ARGS:-}
          done ;;
-    sweep) part sweep 150 python3 benchmarks/dynamic_sweep.py --device cuda ${SWEEP_ARGS:-} ;;
+    sweep) part sweep 120 python3 benchmarks/dynamic_sweep.py --device cuda ${SWEEP_ARGS:-} ;;
   esac
 done
 tar czf "$OUT/gpu_bench_logs.tgz" -C "$LOGS" .

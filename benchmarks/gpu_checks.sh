@@ -11,6 +11,8 @@
 #   amp         with AMP_GPU set (a second GPU's index), benchmarks/amp_train_gpu.py's GPT-2 and
 #               Llama steps in reduce-overhead mode against torch.compile, on that GPU (its
 #               times share the host's cores with the tests: read them as a check, not a record)
+# CHECKS names the checks to run (default: all but amp); OPINFO_K adds a -k selection of the
+# OpInfo cases with all their samples.
 # Summaries go to $OUT/gpu_checks.txt (the device returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu_out}
@@ -37,16 +39,21 @@ run() {  # name, command...
    summarise "$name") &
 }
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())" > "$OUT/gpu_checks.txt"
-run tracer $PYTEST tests/tracer
-run gputests $PYTEST -m gpu tests/runtime tests/aot tests/backends tests/tracer
-CODEGEN_TEST_DEVICE=cuda run cuda_differential $PYTEST tests/codegen/test_triton_*.py
-CODEGEN_TEST_DEVICE=cuda run cuda_gpu_marked $PYTEST -rs -m gpu tests/codegen
+want() { [[ " ${CHECKS:-tracer gputests cuda_differential cuda_gpu_marked opinfo fuzz} " == *" $1 "* ]]; }
+want tracer && run tracer $PYTEST tests/tracer
+want gputests && run gputests $PYTEST -m gpu tests/runtime tests/aot tests/backends tests/tracer
+want cuda_differential && CODEGEN_TEST_DEVICE=cuda run cuda_differential $PYTEST tests/codegen/test_triton_*.py
+# OPINFO_K: a -k selection of the OpInfo cases (its full samples), run beside the rest
+want cuda_gpu_marked && CODEGEN_TEST_DEVICE=cuda run cuda_gpu_marked $PYTEST -rs -m gpu tests/codegen \
+  ${OPINFO_K:+-k "not test_opinfo"}
+[ -n "${OPINFO_K:-}" ] && OPINFO_FULL=1 CODEGEN_TEST_DEVICE=cuda \
+  run opinfo_selected $PYTEST -m gpu tests/codegen/test_opinfo_differential.py -k "$OPINFO_K"
 SHARDS=${OPINFO_SHARDS:-8}
-for i in $(seq 0 $((SHARDS - 1))); do
+want opinfo && for i in $(seq 0 $((SHARDS - 1))); do
   OPINFO_FULL=1 OPINFO_SHARD=$i/$SHARDS CODEGEN_TEST_DEVICE=cuda \
     run opinfo_$i $PYTEST -m gpu tests/codegen/test_opinfo_differential.py
 done
-FUZZ_EXAMPLES=${FUZZ_CASES:-2000} FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda \
+want fuzz && FUZZ_EXAMPLES=${FUZZ_CASES:-2000} FUZZ_SHRINK=0 CODEGEN_TEST_DEVICE=cuda \
   run fuzz $PYTEST --timeout=0 -k test_fuzz_cuda tests/codegen/test_fuzz_graphs.py
 if [ -n "${AMP_GPU:-}" ]; then
   (for model in gpt2 llama; do

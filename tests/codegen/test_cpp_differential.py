@@ -20,8 +20,14 @@ from tests.codegen.helpers import check, rand
 
 _TRITON_SPECIFIC = ("triton_kernels", "tl.", "TritonEmitter", "XBLOCK", "RBLOCK", "num_warps")
 # Modules about what only the Triton path does: split reductions are planned from a GPU's
-# processor count, and the C++ emitter gives none.
-_TRITON_ONLY_MODULES = ("test_triton_split_reductions",)
+# processor count, and the C++ emitter gives none; size-generic Triton kernels are counted by
+# Triton module loads (their module's `loads` fixture; the C++ ones: test_size_generic.py);
+# combined kernels are the Triton emitter's alone.
+_TRITON_ONLY_MODULES = (
+    "test_triton_split_reductions",
+    "test_triton_size_generic",
+    "test_triton_combo",
+)
 
 
 def _collect() -> dict:

@@ -39,10 +39,14 @@ The settings, as torch._dynamo.config names them:
   are not multiples of 16 bytes (a vocabulary of 50257) run on zero-padded operands, for
   cuBLAS's aligned kernels (compiler/aot/pad_matmul.py). "auto": on CUDA only; True: on any
   device (the CPU tests use it); False: never. Read when a graph is compiled.
-- `combo_kernels` (default True; torch._inductor.config's name): independent pointwise
-  kernels of a graph (an optimizer step's per-parameter updates, zero_grad's fills) launch
-  as one combined Triton kernel (compiler/scheduler/horizontal.py). Read when a graph is
-  compiled.
+- `combo_kernels` (default "auto"; torch._inductor.config's name): independent pointwise
+  kernels of a graph launch as one combined Triton kernel (compiler/scheduler/horizontal.py).
+  "auto": in compiled optimizer steps only (their per-parameter updates; compiler/optim),
+  where torch.compile also combines them (its foreach kernels) and where they were checked
+  against eager on the H200; True: in every Triton graph (torch.compile's combo_kernels is
+  off by default too, and on the H200 a graph of 30 independent constant_pad_nd kernels
+  gave wrong values in int32, int64 and float64 with them, not yet understood); False:
+  never. Read when a graph is compiled.
 - `cudagraph_size_limit` (default 512): under mode="reduce-overhead", how many sizes of one
   dynamic graph get a CUDA graph of their own (recorded at the size's first call, replayed
   at its later ones, all in one memory pool). Later sizes run their kernels without a graph,
@@ -65,7 +69,7 @@ verbose: bool = False
 automatic_dynamic_shapes: bool = True
 emulate_precision_casts: bool = False
 pad_matmuls: bool | str = "auto"
-combo_kernels: bool = True
+combo_kernels: bool | str = "auto"
 cudagraph_size_limit: int = 512
 
 _SETTINGS = (

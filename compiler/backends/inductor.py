@@ -389,7 +389,10 @@ class _Compiled:
             device=device,
             # Not in a dynamic graph: a combined kernel's program table is written for each
             # size's blocks, so it would compile per size; its parts run size-generic code
-            horizontal=emitter.horizontal and config.combo_kernels and not generic_kernels(),
+            # (config.combo_kernels: compiler/optim sets it to True for its steps under "auto")
+            horizontal=emitter.horizontal
+            and config.combo_kernels is True
+            and not generic_kernels(),
         )
 
     def _codegen(

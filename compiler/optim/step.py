@@ -24,6 +24,7 @@ of that optimizer consistent with them. On the CPU they stay where torch.optim p
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import weakref
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
-from compiler import controls, records
+from compiler import config, controls, records
 from compiler.optim.functional import FUNCTIONS, adam_step, sgd_step
 from compiler.optim.support import StepCall, why_eager
 from compiler.runtime import cpp_ext
@@ -264,10 +265,18 @@ def run_step(ctx: CompileContext, call: StepCall, run_function: Callable) -> Any
         name = f"Optimizer.step#{type(opt).__name__}.step (compiled)"
         # the profiler range torch.optim's step opens, by the C++ context manager: the same
         # event in a trace, for ~0.4 µs a step instead of record_function's ~6
-        with torch._C._profiler._RecordFunctionFast(name), torch.no_grad():
+        with torch._C._profiler._RecordFunctionFast(name), torch.no_grad(), _combining():
             run_function(ctx, fn, (prepared.groups,), {})
         _annotate(ctx, fn, [_compiled_note(fn), *prepared.notes])
     return None  # step() returns the closure's loss, and there is no closure
+
+
+def _combining() -> contextlib.AbstractContextManager:
+    """Under config.combo_kernels="auto", the step's per-parameter updates launch as combined
+    kernels (compiler/config.py says why only here)."""
+    if config.combo_kernels == "auto":
+        return config.patch(combo_kernels=True)
+    return contextlib.nullcontext()
 
 
 def _prepare(opt: torch.optim.Optimizer, fn: Callable, mode: str | None) -> _Prepared:

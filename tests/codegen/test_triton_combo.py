@@ -233,3 +233,51 @@ def test_gpt2_sized_adamw_step_on_the_gpu(mode):
     kernels = _graph(compiler.inspect(step)).kernels
     assert any(k.parts for k in kernels)
     assert len(kernels) <= 4
+
+
+def _pads(*xs):
+    return tuple(torch.constant_pad_nd(x, (1, 1, 1, 1), 2) for x in xs)
+
+
+def _pad_kernels(combo):
+    xs = [torch.randint(-9, 9, (k + 1, 3, 5), dtype=torch.int64, device=DEVICE) for k in range(6)]
+    compiler.reset()
+    compiled = compiler.compile(_pads)
+    with config.patch(combo_kernels=combo):
+        out = compiled(*xs)
+    for o, e in zip(out, _pads(*xs)):
+        assert torch.equal(o, e)
+    (record,) = compiler.inspect(compiled).functions
+    return record.graphs[0].kernels
+
+
+def test_plain_graphs_combine_kernels_only_when_asked():
+    """combo_kernels="auto" (the default) combines an optimizer step's updates only, as
+    torch.compile combines only its foreach kernels; a user's graph of independent kernels
+    keeps one launch per kernel unless combo_kernels=True."""
+    assert config.combo_kernels == "auto"
+    assert not any(k.parts for k in _pad_kernels("auto"))
+    assert len(_pad_kernels("auto")) == 6
+    (combined,) = _pad_kernels(True)
+    assert len(combined.parts) == 6
+    assert len(_pad_kernels(False)) == 6
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(
+    reason="open: on the H200 a graph of ~30 independent constant_pad_nd kernels in combined "
+    "kernels gave wrong values in int32, int64 and float64 (the OpInfo run of 2026-12-01), "
+    "where Triton's interpreter gives the right ones; hence combo_kernels='auto'",
+    strict=False,
+)
+def test_independent_pads_in_combined_kernels_on_the_gpu():
+    for dtype in (torch.int32, torch.int64, torch.float64, torch.float32):
+        xs = [
+            torch.randint(-9, 9, (k % 3 + 1, 3, 3 + k % 4), device="cuda").to(dtype)
+            for k in range(30)
+        ]
+        compiler.reset()
+        with config.patch(combo_kernels=True):
+            out = compiler.compile(_pads)(*xs)
+        for o, e in zip(out, _pads(*xs)):
+            assert torch.equal(o, e), dtype

@@ -5,6 +5,7 @@ dataclasses.replace; compared with eager on results, graph counts and side effec
 
 import collections
 import contextlib
+import copy
 import dataclasses
 
 import pytest
@@ -321,6 +322,46 @@ def dataclasses_replace(x):
 @case(T(4))
 def dataclasses_replace_of_an_init_false_field_raises_as_eager(x):
     return dataclasses.replace(_Point(x), n=3)
+
+
+# ---- copy.copy and copy.deepcopy --------------------------------------------------------------
+
+
+class _Holder:
+    def __init__(self, t):
+        self.t = t
+        self.log = [1]
+
+
+@case(T(4), graphs=1, breaks=0)
+def copy_copy_is_shallow(x):
+    lst = [x, [1, 2]]
+    c = copy.copy(lst)
+    c.append(3)
+    d = copy.copy({"a": x, "b": lst})
+    d["c"] = 1
+    h = _Holder(x * 2)
+    g = copy.copy(h)
+    g.log.append(2)
+    g.t = x
+    return c[0] + 1, c[1] is lst[1], lst, d["b"] is lst, d, h.t, h.log, g.log is h.log, vars(g)
+
+
+@case(T(4), graphs=1, breaks=0)
+def copy_deepcopy_clones_tensors_and_keeps_aliasing(x):
+    y = x * 2
+    e = copy.deepcopy({"a": y, "b": [y, y], "n": [1, (2, 3)]})
+    e["n"].append(4)
+    h = _Holder(y)
+    k = copy.deepcopy(h)
+    k.log.append(2)
+    k.t.add_(1)  # the clone, not y
+    return e["a"] is y, e["b"][0] is e["b"][1], e["a"] + 1, e, y, h.log, k.t, k.log, vars(k)
+
+
+@case(T(4, grad=True), graphs=1, breaks=1)
+def copy_deepcopy_of_a_tensor_that_requires_grad_runs_in_python(x):
+    return copy.deepcopy([x])[0] * 2
 
 
 @pytest.mark.parametrize("fn,factories,expect", case)

@@ -5,6 +5,7 @@ from compiler.tracer.values import (  # noqa: F401
     autograd_functions,
     containers,
     context_managers,
+    copies,
     counters,
     dataclass_calls,
     deques,

@@ -17,6 +17,7 @@ from compiler.tracer.values import (  # noqa: F401
     numbers,
     partials,
     sets,
+    stdlib_python,
     tensors,
     torch_functions,
     user_objects,

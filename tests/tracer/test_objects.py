@@ -3,6 +3,7 @@ OrderedDict (transformers' ModelOutput), dunders written in Python, attribute lo
 overrides (transformers' configs), attribute writes to real objects, dict subclasses."""
 
 import dataclasses
+import functools
 import inspect
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -303,6 +304,71 @@ class Point:
 def dataclass_equality_uses_its_eq(t):
     a, b, c = Point(1, 2), Point(1, 2), Point(2, 2)
     return t * (a == b) + (a != c) * 2, a == c, a != b, a == 3
+
+
+# ---- descriptors: written in Python, functools.cached_property, property setters ----------------
+
+
+class _Positive:
+    """A data descriptor: before the instance's __dict__ on reads and on writes."""
+
+    def __set_name__(self, owner, name):
+        self.name = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.name)
+
+    def __set__(self, obj, value):
+        setattr(obj, self.name, value.abs() if isinstance(value, torch.Tensor) else abs(value))
+
+
+class _TimesTen:
+    """A non-data descriptor: the instance's __dict__ comes first."""
+
+    def __get__(self, obj, objtype=None):
+        return obj.k * 10
+
+
+class _Described:
+    v = _Positive()
+    s = _TimesTen()
+
+    def __init__(self, v):
+        self.v = v
+        self.k = 2
+        self.calls = 0
+
+    @functools.cached_property
+    def total(self):
+        self.calls += 1
+        return self.v * 2
+
+    @property
+    def p(self):
+        return self._p
+
+    @p.setter
+    def p(self, value):
+        self._p = value + 1
+
+
+@case(T(3), graphs=1, breaks=0)
+def descriptors_get_and_set_as_eager(x):
+    w = _Described(-x)
+    w.p = 3
+    s = w.s
+    w.s = 5  # shadows the non-data descriptor
+    return w.v, s, w.s, w.total, w.total, w.calls, w.p, vars(w)
+
+
+@case(T(3), graphs=1, breaks=0)
+def cached_property_is_computed_once_and_stored(x):
+    w = _Described(x)
+    first = w.total
+    w.v = x * 3  # the cached value stays
+    return first, w.total, w.calls, "total" in vars(w), vars(w)
 
 
 @pytest.mark.parametrize("fn,factories,expect", case)

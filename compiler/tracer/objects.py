@@ -93,13 +93,41 @@ def is_plain_class(cls: type) -> bool:
         return False  # a metaclass that changes how instances are made
     if is_skipped_module(cls.__module__) or getattr(cls, "__abstractmethods__", None):
         return False  # library classes; abstract ones raise when instantiated
-    if any(k.__dict__.get("__slots__", ()) for k in cls.__mro__ if k not in _BUILTIN_BASES):
-        return False  # slots hold state outside the __dict__ (ABCs declare empty ones)
+    if not all(_plain_slots(k) for k in cls.__mro__ if k not in _BUILTIN_BASES):
+        return False
     if any(k not in _BUILTIN_BASES and k.__module__ == "builtins" for k in cls.__mro__):
         return False
     return all(
         k in _BUILTIN_BASES or "__new__" not in k.__dict__ for k in cls.__mro__
     ) and not issubclass(cls, (BaseException, torch.nn.Module, torch.Tensor))
+
+
+def _plain_slots(cls: type) -> bool:
+    """`__slots__` whose every name is a plain slot (a member descriptor, read and written as
+    an attribute is), besides `__dict__` and `__weakref__`."""
+    slots = cls.__dict__.get("__slots__", ())
+    names = (slots,) if isinstance(slots, str) else slots
+    return all(
+        n in ("__dict__", "__weakref__")
+        or isinstance(cls.__dict__.get(_mangled(cls, n)), types.MemberDescriptorType)
+        for n in names
+    )
+
+
+def _mangled(cls: type, name: str) -> str:
+    """A slot's attribute name: a private `__x` slot is stored as `_Cls__x`."""
+    if name.startswith("__") and not name.endswith("__"):
+        return f"_{cls.__name__.lstrip('_')}{name}"
+    return name
+
+
+def has_instance_dict(cls: type) -> bool:
+    """Whether instances of `cls` have a __dict__ (no class with __slots__ only)."""
+    return cls.__dictoffset__ != 0
+
+
+def is_slot(cls: type, name: str) -> bool:
+    return isinstance(inspect.getattr_static(cls, name, None), types.MemberDescriptorType)
 
 
 def new_instance(cls: type) -> NewObjectVar:
@@ -119,6 +147,8 @@ def new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> Var:
     if name in obj.fields:
         return obj.fields[name]
     if name == "__dict__":
+        if not has_instance_dict(cls) or any(is_slot(cls, k) for k in obj.fields):
+            raise Break(f"the __dict__ of a {cls.__name__}, which has __slots__")
         return DictVar(obj.fields)  # the same dict: writes through it are attribute writes
     if name == "__class__":
         return ObjVar(cls)
@@ -209,7 +239,15 @@ def raw_store(tx: Tracer, obj: NewObjectVar, name: str, value: Var) -> None:
     """object.__setattr__: a data descriptor of the class takes the write (its __set__ or a
     property's setter inlined where written in Python), else the instance."""
     attr = inspect.getattr_static(obj.cls, name, None)
+    if isinstance(attr, types.MemberDescriptorType):
+        obj.fields[name] = value  # a slot: rebuilt through its descriptor
+        return
     if not hasattr(type(attr), "__set__"):
+        if not has_instance_dict(obj.cls):
+            raise Break(
+                f"attribute {name!r} of a {obj.cls.__name__}, which has only __slots__: "
+                "it raises in Python"
+            )
         obj.fields[name] = value
         return
     if isinstance(attr, property):

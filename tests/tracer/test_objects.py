@@ -2,6 +2,7 @@
 OrderedDict (transformers' ModelOutput), dunders written in Python, attribute lookup
 overrides (transformers' configs), attribute writes to real objects, dict subclasses."""
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from .helpers import Cases, T, check
+from .helpers import Cases, RecordingBackend, T, check
 
 case = Cases()
 
@@ -369,6 +370,65 @@ def cached_property_is_computed_once_and_stored(x):
     first = w.total
     w.v = x * 3  # the cached value stays
     return first, w.total, w.calls, "total" in vars(w), vars(w)
+
+
+# ---- __slots__ ---------------------------------------------------------------------------------
+
+
+class _Slots:
+    __slots__ = ("a", "b", "__private")
+
+    def __init__(self, a):
+        self.a = a
+        self.b = a * 2
+        self.__private = 1
+
+    def private(self):
+        return self.__private
+
+
+class _SlotsWithDict(_Slots):  # no __slots__ of its own: its instances have a __dict__ too
+    def __init__(self, a):
+        super().__init__(a)
+        self.c = 3
+
+
+def _slots_program(x):
+    s, t = _Slots(x), _SlotsWithDict(2)
+    del s.b
+    s.b = 5
+    return x + s.a + s.b + t.c + s.private(), hasattr(s, "z"), copy.copy(s).a, s, t
+
+
+@case(T(3), graphs=1, breaks=0)
+def slots_are_read_written_and_deleted_as_eager(x):
+    return _slots_program(x)[:3]
+
+
+def test_slots_instances_are_rebuilt_with_their_slots():
+    import compiler
+
+    x = torch.randn(3)
+    backend = RecordingBackend()
+    *_, s, t = compiler.compile(_slots_program, backend=backend)(x)
+    assert len(backend.graphs) == 1
+    assert compiler.explain(_slots_program)(x).graph_break_count == 0
+    torch.testing.assert_close(s.a, x)
+    assert (s.b, s.private(), t.a, t.b, t.c, vars(t)) == (5, 1, 2, 4, 3, {"c": 3})
+
+
+@case(T(3))
+def slots_write_of_an_undeclared_attribute_raises_as_eager(x):
+    s = _Slots(x)
+    s.z = 1
+    return s.a
+
+
+@case(T(3))
+def slots_read_of_an_unset_slot_raises_as_eager(x):
+    s = _Slots(x)
+    del s.a
+    return s.a
 
 
 @pytest.mark.parametrize("fn,factories,expect", case)

@@ -577,7 +577,7 @@ def _build_entry(
         live = [result.value]
     else:
         live = [*end_frame.locals.values(), *end_frame.stack]
-    written_cells = tracer.written_cells()
+    written_cells = tracer.written_cells(result)
     live.extend(written_cells)
     mutated = [v for v in tracer.external_containers.values() if v.mutated]
     mutated.extend(it for it in tracer.real_iterators.values() if it.index > it.start)

@@ -161,9 +161,23 @@ class Translator:
             var.source = source
         return var
 
-    def written_cells(self) -> list[CellVar]:
-        """The real cells the trace wrote: their new contents are written after the graph."""
-        return [c for c in self.real_cells.values() if c.dirty]
+    def written_cells(self, result: TraceResult | None = None) -> list[CellVar]:
+        """The real cells the trace wrote: their new contents are written after the graph.
+        Where a trace that began with the call returns (`result`), the frame's own cells
+        (its cellvars: a nested function's name, a variable its closures share) were made by
+        this call and die with it, unless a value that outlives it reaches them (a closure
+        returned or stored): the others need no write, and may hold values that live only in
+        the trace (a helper wrapped by functools.lru_cache in the trace)."""
+        cells = [c for c in self.real_cells.values() if c.dirty]
+        if result is None or result.kind != "return" or self.resumed:
+            return cells
+        own = {id(self.root.cells[n]) for n in self.root.code.cellvars if n in self.root.cells}
+        roots = [result.value, *(c for c in cells if id(c) not in own)]
+        roots.extend(v for v in self.external_containers.values() if v.mutated)
+        for writes in self.attr_writes.values():
+            roots.extend(v for v in writes.values.values() if v is not None)
+        reached = {id(v) for v in generators.reachable(roots)}
+        return [c for c in cells if id(c) not in own or id(c) in reached]
 
     def cell_contents(self, cell: CellVar) -> Var:
         if cell.contents is None:
@@ -269,7 +283,7 @@ class Translator:
         else:
             roots = [*result.frame.locals.values(), *result.frame.stack]
         roots.extend(v for v in self.external_containers.values() if v.mutated)
-        roots.extend(self.written_cells())
+        roots.extend(self.written_cells(result))
         for writes in self.attr_writes.values():
             roots.extend(v for v in writes.values.values() if v is not None)
         try:

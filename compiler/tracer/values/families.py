@@ -3,6 +3,7 @@ dispatches over them), so that each registers its kinds in table.VALUE_OPS."""
 
 from compiler.tracer.values import (  # noqa: F401
     autograd_functions,
+    cached_functions,
     containers,
     context_managers,
     copies,

@@ -14,6 +14,7 @@ from compiler.tracer.values import (  # noqa: F401
     iterators,
     itertools,
     library_calls,
+    module_containers,
     modules,
     numbers,
     partials,

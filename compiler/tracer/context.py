@@ -87,6 +87,7 @@ class Tracer(Protocol):
     unwound: int | None
     attr_writes: dict[int, AttrWrites]
     deferred_calls: list[DeferredCall]
+    before_graph: list[DeferredCall]
     local_effects: int
     generators: list[IteratorVar]
     external_containers: dict[int, Var]

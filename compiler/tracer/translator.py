@@ -97,6 +97,8 @@ class Translator:
         self.covered = False
         self.attr_writes: dict[int, AttrWrites] = {}  # attributes written to real objects
         self.deferred_calls: list[DeferredCall] = []  # log calls made after the graph
+        # calls made before the graph (torch.manual_seed ahead of any op: torch_functions.py)
+        self.before_graph: list[DeferredCall] = []
         # State changes, counted for the generators the trace runs ahead (generators.py):
         # those any code may see, those to lists and dicts built in the trace, and the
         # iterators of the generators inlined.

@@ -661,6 +661,7 @@ def _build_entry(
             tracer.root.cells,
             result.reason if graph_break else None,
             tracer.deferred_calls,
+            tracer.before_graph,
         ),
     )
     start_grad = torch.is_grad_enabled()

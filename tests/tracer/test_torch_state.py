@@ -199,3 +199,9 @@ def test_seed_ahead_of_every_op_draws_eager_numbers_on_cuda():
         actual, actual_after = compiled(x), torch.rand(4, device="cuda")
         assert_same(expected, actual, f"call {call}: out", rtol=1e-5, atol=1e-6)
         assert torch.equal(after, actual_after)
+
+
+def test_export_refuses_a_seed_made_before_the_graph():
+    """The exported graph would not reseed: export says so rather than drop the call."""
+    with pytest.raises(compiler.Unsupported, match=r"torch\.manual_seed\(0\) is made before"):
+        compiler.export(seed_then_rand, torch.randn(3))

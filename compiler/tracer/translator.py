@@ -99,6 +99,8 @@ class Translator:
         self.deferred_calls: list[DeferredCall] = []  # log calls made after the graph
         # calls made before the graph (torch.manual_seed ahead of any op: torch_functions.py)
         self.before_graph: list[DeferredCall] = []
+        # lru_cache wrappers' calls on tensors in this trace, by wrapper and key (library_calls.py)
+        self.cached_calls: dict[tuple, Var] = {}
         # State changes, counted for the generators the trace runs ahead (generators.py):
         # those any code may see, those to lists and dicts built in the trace, and the
         # iterators of the generators inlined.

@@ -245,6 +245,23 @@ def test_lru_cache_on_tensors_traces_the_wrapped_function():
     check(fn, T(4), graphs=1, breaks=0)
 
 
+@functools.lru_cache
+def logged_scale_of(t):
+    CACHED_CALLS.append("scale")
+    return t * 2
+
+
+def calls_a_cached_helper_twice(x):
+    before = len(CACHED_CALLS)
+    a, b = logged_scale_of(x), logged_scale_of(x)  # the second hits eager's cache
+    return a is b, a + 1, len(CACHED_CALLS) - before
+
+
+def test_lru_cache_on_the_same_tensor_twice_runs_once_as_eager():
+    # one call: the global log it reads grows, and a second call would recompile on its length
+    check(calls_a_cached_helper_twice, T(4), graphs=1, breaks=0, calls=1)
+
+
 def cached_helpers_made_in_the_function(x):
     log = []
 

@@ -27,7 +27,7 @@ from compiler.tracer.operations import (
     unpack_iterable,
 )
 from compiler.tracer.shapes import concrete, python_type
-from compiler.tracer.values.table import describe
+from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
@@ -185,6 +185,9 @@ def _reduce_builtin(tx: Tracer, fn: Callable, args: list[Var]) -> Var:
 
 
 def _len(tx: Tracer, v: Var) -> Var:
+    length = ops_of(v).length
+    if length is not None:
+        return length(tx, v)
     if isinstance(v, ConstVar):
         try:
             return ConstVar(len(v.value))

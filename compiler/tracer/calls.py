@@ -69,8 +69,9 @@ def builtin_var(value: Any) -> Var:
 
 
 # Standard-library code that is plain Python with no effect outside its object: traced
-# like user code (transformers returns a nullcontext() where no autocast is needed).
-_TRACED_STDLIB = {
+# like user code (transformers returns a nullcontext() where no autocast is needed). The
+# value families add theirs (values/stdlib_python.py: heapq, bisect, ChainMap).
+TRACED_STDLIB = {
     f.__code__
     for f in (
         contextlib.nullcontext.__init__,
@@ -87,7 +88,7 @@ def is_skipped(fn: types.FunctionType) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if module.split(".")[0] in SKIP_PACKAGES:
         return True
-    if fn.__code__ in _TRACED_STDLIB:
+    if fn.__code__ in TRACED_STDLIB:
         return False
     filename = fn.__code__.co_filename
     return filename.startswith(_STDLIB) and "site-packages" not in filename

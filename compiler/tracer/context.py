@@ -87,6 +87,8 @@ class Tracer(Protocol):
     unwound: int | None
     attr_writes: dict[int, AttrWrites]
     deferred_calls: list[DeferredCall]
+    before_graph: list[DeferredCall]
+    cached_calls: dict[tuple, Var]
     local_effects: int
     generators: list[IteratorVar]
     external_containers: dict[int, Var]

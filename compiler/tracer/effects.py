@@ -28,8 +28,11 @@ def entry_side_effects(
     cells: dict[str, CellVar],
     graph_break: str | None,
     deferred: list[DeferredCall] = (),
+    before: list[DeferredCall] = (),
 ) -> list[SideEffect]:
     effects = _graph_writes(gm)
+    for call in before:
+        effects.append(SideEffect("deferred", "", f"{call.what} is made before the graph"))
     for call in deferred:
         effects.append(SideEffect("deferred", "", f"{call.what} is made after the graph"))
     for v in mutated:

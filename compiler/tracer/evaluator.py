@@ -80,6 +80,8 @@ class Entry:
     # The attributes the entry writes back, by source (`L['self'].calls`): a guard of its own
     # on one of them fails on the next call (see _invalidates_itself).
     written: frozenset[str] = frozenset()
+    # Calls made just before the graph (a torch.manual_seed the trace met ahead of any op).
+    before_graph: tuple = ()
 
 
 @dataclass
@@ -279,6 +281,8 @@ def run_frame(ctx: CompileContext, state: CodeState, frame: RealFrame) -> Any:
             entry.record.hits += 1
             if entry.end_autocast is not None and autocast_at_entry is None:
                 autocast_at_entry = autocast.snapshot()
+            for call in entry.before_graph:
+                call.fn(*call.args, **call.kwargs)
             graph_start = time.perf_counter()
             outputs = _run_graph(entry, L, frame) if entry.graph_fn is not None else ()
             clock.graphs.append((entry.record, time.perf_counter() - graph_start))
@@ -577,7 +581,7 @@ def _build_entry(
         live = [result.value]
     else:
         live = [*end_frame.locals.values(), *end_frame.stack]
-    written_cells = tracer.written_cells()
+    written_cells = tracer.written_cells(result)
     live.extend(written_cells)
     mutated = [v for v in tracer.external_containers.values() if v.mutated]
     mutated.extend(it for it in tracer.real_iterators.values() if it.index > it.start)
@@ -657,6 +661,7 @@ def _build_entry(
             tracer.root.cells,
             result.reason if graph_break else None,
             tracer.deferred_calls,
+            tracer.before_graph,
         ),
     )
     start_grad = torch.is_grad_enabled()
@@ -681,6 +686,7 @@ def _build_entry(
         frozenset(
             f"{w.obj.source}.{name}" for w in attr_writes if w.obj.source for name in w.values
         ),
+        tuple(tracer.before_graph),
     )
 
 

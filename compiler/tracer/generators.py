@@ -94,7 +94,7 @@ def _unchanged(
         raise Restart(tx.root_pc, why)
     watched = [
         (v, v.version)
-        for v in _reachable(inputs)
+        for v in reachable(inputs)
         if isinstance(v, (ListVar, DictVar, SetVar, NewObjectVar))
     ]
     return Inlined(name, tx.root_pc, tx.effect_count(), watched)
@@ -169,7 +169,7 @@ def check_live(tx: Tracer, roots: list[Var]) -> None:
     """At the end of the trace: a generator left unfinished where Python code runs next (the
     frame's values at a break, a returned value, a container or cell written) would be
     rebuilt from values computed ahead; it must run for real."""
-    reachable_vars = _reachable(roots)
+    reachable_vars = reachable(roots)
     for v in reachable_vars:
         made_at = ops_of(v).made_at
         pc = made_at(v) if made_at is not None else None
@@ -182,19 +182,19 @@ def check_live(tx: Tracer, roots: list[Var]) -> None:
     unfinished = [it for it in tx.generators if it.index < len(it.items)]
     if not unfinished:
         return
-    reachable = {id(v) for v in reachable_vars}
+    reached = {id(v) for v in reachable_vars}
     for it in unfinished:
-        if id(it) in reachable and it.generator is None:
+        if id(it) in reached and it.generator is None:
             # a lazy view: rebuilt from its items, it no longer advances the iterators it
             # reads, which Python code may go on to read (they are live, or the caller's)
-            if any(id(s) in reachable or s.source is not None for s, _, _ in it.links):
+            if any(id(s) in reached or s.source is not None for s, _, _ in it.links):
                 raise Restart(
                     it.made_at,
                     "a lazy reader of an iterator (zip, map, itertools) is not finished where "
                     "the graph ends, and the iterator is read after it; it runs in Python",
                     "unsupported",
                 )
-        elif id(it) in reachable:
+        elif id(it) in reached:
             raise Restart(
                 it.generator.created_at,
                 f"generator {it.generator.name}() is not finished where the graph ends; it "
@@ -202,7 +202,8 @@ def check_live(tx: Tracer, roots: list[Var]) -> None:
             )
 
 
-def _reachable(roots: list[Var]) -> list[Var]:
+def reachable(roots: list[Var]) -> list[Var]:
+    """Every value `roots` reach through containers, objects, closures and cells."""
     out: list[Var] = []
     seen: set[int] = set()
     todo = list(roots)

@@ -16,6 +16,7 @@ would call it; where the class keeps object's or dict's, the tracer applies the 
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import types
 from typing import TYPE_CHECKING, Any
@@ -92,13 +93,41 @@ def is_plain_class(cls: type) -> bool:
         return False  # a metaclass that changes how instances are made
     if is_skipped_module(cls.__module__) or getattr(cls, "__abstractmethods__", None):
         return False  # library classes; abstract ones raise when instantiated
-    if any(k.__dict__.get("__slots__", ()) for k in cls.__mro__ if k not in _BUILTIN_BASES):
-        return False  # slots hold state outside the __dict__ (ABCs declare empty ones)
+    if not all(_plain_slots(k) for k in cls.__mro__ if k not in _BUILTIN_BASES):
+        return False
     if any(k not in _BUILTIN_BASES and k.__module__ == "builtins" for k in cls.__mro__):
         return False
     return all(
         k in _BUILTIN_BASES or "__new__" not in k.__dict__ for k in cls.__mro__
     ) and not issubclass(cls, (BaseException, torch.nn.Module, torch.Tensor))
+
+
+def _plain_slots(cls: type) -> bool:
+    """`__slots__` whose every name is a plain slot (a member descriptor, read and written as
+    an attribute is), besides `__dict__` and `__weakref__`."""
+    slots = cls.__dict__.get("__slots__", ())
+    names = (slots,) if isinstance(slots, str) else slots
+    return all(
+        n in ("__dict__", "__weakref__")
+        or isinstance(cls.__dict__.get(_mangled(cls, n)), types.MemberDescriptorType)
+        for n in names
+    )
+
+
+def _mangled(cls: type, name: str) -> str:
+    """A slot's attribute name: a private `__x` slot is stored as `_Cls__x`."""
+    if name.startswith("__") and not name.endswith("__"):
+        return f"_{cls.__name__.lstrip('_')}{name}"
+    return name
+
+
+def has_instance_dict(cls: type) -> bool:
+    """Whether instances of `cls` have a __dict__ (no class with __slots__ only)."""
+    return cls.__dictoffset__ != 0
+
+
+def is_slot(cls: type, name: str) -> bool:
+    return isinstance(inspect.getattr_static(cls, name, None), types.MemberDescriptorType)
 
 
 def new_instance(cls: type) -> NewObjectVar:
@@ -113,9 +142,13 @@ def new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> Var:
     attr = inspect.getattr_static(cls, name, _MISSING)
     if isinstance(attr, property):
         return _call_fn(tx, attr.fget, [obj], name)
+    if _is_data_descriptor(attr):
+        return _descriptor_get(tx, obj, cls, name, attr)
     if name in obj.fields:
         return obj.fields[name]
     if name == "__dict__":
+        if not has_instance_dict(cls) or any(is_slot(cls, k) for k in obj.fields):
+            raise Break(f"the __dict__ of a {cls.__name__}, which has __slots__")
         return DictVar(obj.fields)  # the same dict: writes through it are attribute writes
     if name == "__class__":
         return ObjVar(cls)
@@ -154,9 +187,43 @@ def _class_member(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
         from compiler.tracer.variables import AttrCallVar
 
         return AttrCallVar(obj, name)
+    if isinstance(attr, functools.cached_property) and isinstance(obj, NewObjectVar):
+        return _cached_property(tx, obj, name, attr)
     if hasattr(attr, "__get__") and not isinstance(attr, (type, types.BuiltinFunctionType)):
-        raise Break(f"class attribute {name!r} of {cls.__name__} is a descriptor")
+        return _descriptor_get(tx, obj, cls, name, attr)
     return wrap_unguarded(attr)  # a class constant
+
+
+def _is_data_descriptor(attr: Any) -> bool:
+    """A data descriptor written in Python: it comes before the instance's own attributes.
+    (Builtin ones, an instance's `__dict__`, are the attributes this module reads itself.)"""
+    kind = type(attr)
+    return python_method(kind, "__get__") is not None and (
+        hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+    )
+
+
+def _descriptor_get(tx: Tracer, obj: Var, cls: type, name: str, attr: Any) -> Var:
+    """`type(attr).__get__(attr, obj, cls)`, inlined where the descriptor's class writes it in
+    Python (a user's validating field); the descriptor itself is a class constant."""
+    get = python_method(type(attr), "__get__")
+    if get is None:
+        raise Break(f"class attribute {name!r} of {cls.__name__} is a builtin descriptor")
+    return call(tx, FunctionVar(fn=get), [wrap_unguarded(attr), obj, ObjVar(cls)], {})
+
+
+def _cached_property(
+    tx: Tracer, obj: NewObjectVar, name: str, attr: functools.cached_property
+) -> Var:
+    """functools.cached_property on an instance built in the trace: its function called once,
+    the value stored in the instance's __dict__ under the property's name, where later reads
+    find it first (the property is not a data descriptor), as eagerly."""
+    if attr.attrname is None or not isinstance(attr.func, types.FunctionType):
+        raise Break(f"cached_property {name!r} without a name or a Python function")
+    value = call(tx, FunctionVar(fn=attr.func), [obj], {})
+    tx.changed(obj)
+    obj.fields[attr.attrname] = value
+    return value
 
 
 def store_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str, value: Var) -> None:
@@ -165,15 +232,31 @@ def store_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str, value: Var) 
     if setattr_fn is not None:
         _call_fn(tx, setattr_fn, [obj, ConstVar(name), value], name)
         return
-    raw_store(obj, name, value)
+    raw_store(tx, obj, name, value)
 
 
-def raw_store(obj: NewObjectVar, name: str, value: Var) -> None:
-    """object.__setattr__: a data descriptor of the class takes the write, else the instance."""
+def raw_store(tx: Tracer, obj: NewObjectVar, name: str, value: Var) -> None:
+    """object.__setattr__: a data descriptor of the class takes the write (its __set__ or a
+    property's setter inlined where written in Python), else the instance."""
     attr = inspect.getattr_static(obj.cls, name, None)
-    if hasattr(type(attr), "__set__"):
+    if isinstance(attr, types.MemberDescriptorType):
+        obj.fields[name] = value  # a slot: rebuilt through its descriptor
+        return
+    if not hasattr(type(attr), "__set__"):
+        if not has_instance_dict(obj.cls):
+            raise Break(
+                f"attribute {name!r} of a {obj.cls.__name__}, which has only __slots__: "
+                "it raises in Python"
+            )
+        obj.fields[name] = value
+        return
+    if isinstance(attr, property):
+        setter, args = attr.fset, [obj, value]
+    else:
+        setter, args = python_method(type(attr), "__set__"), [wrap_unguarded(attr), obj, value]
+    if not isinstance(setter, types.FunctionType):
         raise Break(f"attribute {name!r} of {obj.cls.__name__} is set through a descriptor")
-    obj.fields[name] = value
+    call(tx, FunctionVar(fn=setter), args, {})
 
 
 def delete_new_object_attr(tx: Tracer, obj: NewObjectVar, name: str) -> None:
@@ -193,7 +276,7 @@ def object_method(
     """A builtin method of object or of the mapping base, on an instance built in the trace
     (reached through super() or because the class keeps the builtin one)."""
     if name == "__setattr__" and len(args) == 2:
-        raw_store(obj, const_name(args[0]), args[1])
+        raw_store(tx, obj, const_name(args[0]), args[1])
         return ConstVar(None)
     if name == "__getattribute__" and len(args) == 1:
         key = const_name(args[0])

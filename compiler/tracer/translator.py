@@ -97,6 +97,10 @@ class Translator:
         self.covered = False
         self.attr_writes: dict[int, AttrWrites] = {}  # attributes written to real objects
         self.deferred_calls: list[DeferredCall] = []  # log calls made after the graph
+        # calls made before the graph (torch.manual_seed ahead of any op: torch_functions.py)
+        self.before_graph: list[DeferredCall] = []
+        # lru_cache wrappers' calls on tensors in this trace, by wrapper and key (library_calls.py)
+        self.cached_calls: dict[tuple, Var] = {}
         # State changes, counted for the generators the trace runs ahead (generators.py):
         # those any code may see, those to lists and dicts built in the trace, and the
         # iterators of the generators inlined.
@@ -161,9 +165,23 @@ class Translator:
             var.source = source
         return var
 
-    def written_cells(self) -> list[CellVar]:
-        """The real cells the trace wrote: their new contents are written after the graph."""
-        return [c for c in self.real_cells.values() if c.dirty]
+    def written_cells(self, result: TraceResult | None = None) -> list[CellVar]:
+        """The real cells the trace wrote: their new contents are written after the graph.
+        Where a trace that began with the call returns (`result`), the frame's own cells
+        (its cellvars: a nested function's name, a variable its closures share) were made by
+        this call and die with it, unless a value that outlives it reaches them (a closure
+        returned or stored): the others need no write, and may hold values that live only in
+        the trace (a helper wrapped by functools.lru_cache in the trace)."""
+        cells = [c for c in self.real_cells.values() if c.dirty]
+        if result is None or result.kind != "return" or self.resumed:
+            return cells
+        own = {id(self.root.cells[n]) for n in self.root.code.cellvars if n in self.root.cells}
+        roots = [result.value, *(c for c in cells if id(c) not in own)]
+        roots.extend(v for v in self.external_containers.values() if v.mutated)
+        for writes in self.attr_writes.values():
+            roots.extend(v for v in writes.values.values() if v is not None)
+        reached = {id(v) for v in generators.reachable(roots)}
+        return [c for c in cells if id(c) not in own or id(c) in reached]
 
     def cell_contents(self, cell: CellVar) -> Var:
         if cell.contents is None:
@@ -269,7 +287,7 @@ class Translator:
         else:
             roots = [*result.frame.locals.values(), *result.frame.stack]
         roots.extend(v for v in self.external_containers.values() if v.mutated)
-        roots.extend(self.written_cells())
+        roots.extend(self.written_cells(result))
         for writes in self.attr_writes.values():
             roots.extend(v for v in writes.values.values() if v is not None)
         try:

@@ -245,6 +245,72 @@ def test_lru_cache_on_tensors_traces_the_wrapped_function():
     check(fn, T(4), graphs=1, breaks=0)
 
 
+@functools.lru_cache
+def logged_scale_of(t):
+    CACHED_CALLS.append("scale")
+    return t * 2
+
+
+def calls_a_cached_helper_twice(x):
+    before = len(CACHED_CALLS)
+    a, b = logged_scale_of(x), logged_scale_of(x)  # the second hits eager's cache
+    return a is b, a + 1, len(CACHED_CALLS) - before
+
+
+def test_lru_cache_on_the_same_tensor_twice_runs_once_as_eager():
+    # one call: the global log it reads grows, and a second call would recompile on its length
+    check(calls_a_cached_helper_twice, T(4), graphs=1, breaks=0, calls=1)
+
+
+def cached_helpers_made_in_the_function(x):
+    log = []
+
+    @functools.lru_cache(maxsize=None)
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    @functools.lru_cache(maxsize=2)
+    def scaled(t, k):
+        log.append(k)  # runs only on a miss: as often as eagerly
+        return t * k
+
+    @functools.cache
+    def square(n):
+        log.append(("square", n))
+        return n * n
+
+    @functools.lru_cache
+    def boxed(n):
+        return [n]
+
+    a, b = scaled(x, 2), scaled(x, 2)
+    scaled(x, 3), scaled(x, 4)  # 2 is the least recently used: evicted
+    c = scaled(x, 2)
+    return x + fib(20), a is b, a is c, c, square(3) + square(3), boxed(1) is boxed(1), log
+
+
+def test_lru_cache_made_in_the_function_is_kept_in_the_trace():
+    check(cached_helpers_made_in_the_function, T(4), graphs=1, breaks=0)
+
+
+def returns_its_cached_helper(x):
+    @functools.lru_cache(maxsize=None)
+    def plus_one(n):
+        return n + 1
+
+    return x + plus_one(1), plus_one
+
+
+def test_lru_cache_wrapper_made_in_the_function_that_outlives_it_is_made_in_python():
+    x = torch.randn(3)
+    e_out, e_fn = returns_its_cached_helper(x)
+    c_out, c_fn = compiler.compile(returns_its_cached_helper)(x)
+    torch.testing.assert_close(c_out, e_out)
+    assert isinstance(c_fn, functools._lru_cache_wrapper)
+    assert c_fn.cache_info() == e_fn.cache_info()
+    assert (c_fn(1), c_fn.cache_info()) == (e_fn(1), e_fn.cache_info())
+
+
 # ---- log calls and warnings -------------------------------------------------------------
 
 

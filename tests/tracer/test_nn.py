@@ -336,6 +336,45 @@ class ChildrenLoop(nn.Module):
         return x
 
 
+class BuildsContainers(nn.Module):
+    """nn.Sequential / nn.ModuleList made in forward from the module's own layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.act = nn.Linear(8, 8), nn.Linear(8, 8), nn.ReLU()
+
+    def forward(self, x):
+        seq = nn.Sequential(self.a, self.act, self.b)
+        layers = nn.ModuleList([self.a, self.b])
+        same = layers.append(self.act) is layers
+        y = seq(x)
+        for layer in layers:
+            y = layer(y)
+        fresh = nn.Sequential(nn.Tanh(), nn.Sigmoid())  # modules without parameters, made here
+        return y + seq[0](x) + seq[-1:](x) + fresh[1:](x), len(seq), len(layers), same
+
+
+def test_sequential_and_module_list_built_in_forward():
+    check_module(BuildsContainers, T(3, 8), graphs=1, breaks=0, backward=True)
+
+
+class ReturnsASequential(BuildsContainers):
+    def forward(self, x):
+        return self.a(x), nn.Sequential(self.a, self.b)
+
+
+def test_sequential_built_in_forward_is_made_for_real_from_the_same_layers():
+    module = ReturnsASequential()
+    compiled = compiler.compile(module, backend=RecordingBackend())
+    x = torch.randn(2, 8)
+    _, seq = compiled(x)
+    _, again = compiled(x)
+    assert isinstance(seq, nn.Sequential) and seq is not again
+    assert seq[0] is module.a and seq[1] is module.b
+    torch.testing.assert_close(seq(x), module.b(module.a(x)))
+    assert compiler.explain(module.forward)(x).graph_break_count == 0
+
+
 def test_module_children_and_named_children():
     check_module(ChildrenLoop, T(3, 8), graphs=1, breaks=0)
 

@@ -2,7 +2,9 @@
 OrderedDict (transformers' ModelOutput), dunders written in Python, attribute lookup
 overrides (transformers' configs), attribute writes to real objects, dict subclasses."""
 
+import copy
 import dataclasses
+import functools
 import inspect
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from .helpers import Cases, T, check
+from .helpers import Cases, RecordingBackend, T, check
 
 case = Cases()
 
@@ -303,6 +305,130 @@ class Point:
 def dataclass_equality_uses_its_eq(t):
     a, b, c = Point(1, 2), Point(1, 2), Point(2, 2)
     return t * (a == b) + (a != c) * 2, a == c, a != b, a == 3
+
+
+# ---- descriptors: written in Python, functools.cached_property, property setters ----------------
+
+
+class _Positive:
+    """A data descriptor: before the instance's __dict__ on reads and on writes."""
+
+    def __set_name__(self, owner, name):
+        self.name = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.name)
+
+    def __set__(self, obj, value):
+        setattr(obj, self.name, value.abs() if isinstance(value, torch.Tensor) else abs(value))
+
+
+class _TimesTen:
+    """A non-data descriptor: the instance's __dict__ comes first."""
+
+    def __get__(self, obj, objtype=None):
+        return obj.k * 10
+
+
+class _Described:
+    v = _Positive()
+    s = _TimesTen()
+
+    def __init__(self, v):
+        self.v = v
+        self.k = 2
+        self.calls = 0
+
+    @functools.cached_property
+    def total(self):
+        self.calls += 1
+        return self.v * 2
+
+    @property
+    def p(self):
+        return self._p
+
+    @p.setter
+    def p(self, value):
+        self._p = value + 1
+
+
+@case(T(3), graphs=1, breaks=0)
+def descriptors_get_and_set_as_eager(x):
+    w = _Described(-x)
+    w.p = 3
+    s = w.s
+    w.s = 5  # shadows the non-data descriptor
+    return w.v, s, w.s, w.total, w.total, w.calls, w.p, vars(w)
+
+
+@case(T(3), graphs=1, breaks=0)
+def cached_property_is_computed_once_and_stored(x):
+    w = _Described(x)
+    first = w.total
+    w.v = x * 3  # the cached value stays
+    return first, w.total, w.calls, "total" in vars(w), vars(w)
+
+
+# ---- __slots__ ---------------------------------------------------------------------------------
+
+
+class _Slots:
+    __slots__ = ("a", "b", "__private")
+
+    def __init__(self, a):
+        self.a = a
+        self.b = a * 2
+        self.__private = 1
+
+    def private(self):
+        return self.__private
+
+
+class _SlotsWithDict(_Slots):  # no __slots__ of its own: its instances have a __dict__ too
+    def __init__(self, a):
+        super().__init__(a)
+        self.c = 3
+
+
+def _slots_program(x):
+    s, t = _Slots(x), _SlotsWithDict(2)
+    del s.b
+    s.b = 5
+    return x + s.a + s.b + t.c + s.private(), hasattr(s, "z"), copy.copy(s).a, s, t
+
+
+@case(T(3), graphs=1, breaks=0)
+def slots_are_read_written_and_deleted_as_eager(x):
+    return _slots_program(x)[:3]
+
+
+def test_slots_instances_are_rebuilt_with_their_slots():
+    import compiler
+
+    x = torch.randn(3)
+    backend = RecordingBackend()
+    *_, s, t = compiler.compile(_slots_program, backend=backend)(x)
+    assert len(backend.graphs) == 1
+    assert compiler.explain(_slots_program)(x).graph_break_count == 0
+    torch.testing.assert_close(s.a, x)
+    assert (s.b, s.private(), t.a, t.b, t.c, vars(t)) == (5, 1, 2, 4, 3, {"c": 3})
+
+
+@case(T(3))
+def slots_write_of_an_undeclared_attribute_raises_as_eager(x):
+    s = _Slots(x)
+    s.z = 1
+    return s.a
+
+
+@case(T(3))
+def slots_read_of_an_unset_slot_raises_as_eager(x):
+    s = _Slots(x)
+    del s.a
+    return s.a
 
 
 @pytest.mark.parametrize("fn,factories,expect", case)

@@ -3,9 +3,12 @@ torch.compile: @contextmanager generators as context managers (run a step at a t
 block's exception thrown in at the yield), collections.deque and Counter, and
 dataclasses.replace; compared with eager on results, graph counts and side effects."""
 
+import bisect
 import collections
 import contextlib
+import copy
 import dataclasses
+import heapq
 
 import pytest
 import torch
@@ -321,6 +324,89 @@ def dataclasses_replace(x):
 @case(T(4))
 def dataclasses_replace_of_an_init_false_field_raises_as_eager(x):
     return dataclasses.replace(_Point(x), n=3)
+
+
+# ---- copy.copy and copy.deepcopy --------------------------------------------------------------
+
+
+class _Holder:
+    def __init__(self, t):
+        self.t = t
+        self.log = [1]
+
+
+@case(T(4), graphs=1, breaks=0)
+def copy_copy_is_shallow(x):
+    lst = [x, [1, 2]]
+    c = copy.copy(lst)
+    c.append(3)
+    d = copy.copy({"a": x, "b": lst})
+    d["c"] = 1
+    h = _Holder(x * 2)
+    g = copy.copy(h)
+    g.log.append(2)
+    g.t = x
+    return c[0] + 1, c[1] is lst[1], lst, d["b"] is lst, d, h.t, h.log, g.log is h.log, vars(g)
+
+
+@case(T(4), graphs=1, breaks=0)
+def copy_deepcopy_clones_tensors_and_keeps_aliasing(x):
+    y = x * 2
+    e = copy.deepcopy({"a": y, "b": [y, y], "n": [1, (2, 3)]})
+    e["n"].append(4)
+    h = _Holder(y)
+    k = copy.deepcopy(h)
+    k.log.append(2)
+    k.t.add_(1)  # the clone, not y
+    return e["a"] is y, e["b"][0] is e["b"][1], e["a"] + 1, e, y, h.log, k.t, k.log, vars(k)
+
+
+@case(T(4, grad=True), graphs=1, breaks=1)
+def copy_deepcopy_of_a_tensor_that_requires_grad_runs_in_python(x):
+    return copy.deepcopy([x])[0] * 2
+
+
+# ---- heapq, bisect, dict.fromkeys, ChainMap ------------------------------------------------------
+
+
+@case(T(4), lambda: [5, 1, 3], graphs=1, breaks=0)
+def heapq_and_bisect_change_lists_as_eager(x, heap):
+    heapq.heapify(heap)
+    heapq.heappush(heap, 0)
+    low = heapq.heappop(heap)
+    top = heapq.heapreplace(heap, 7)
+    scored = []
+    for i, s in enumerate([0.5, 0.25, 0.75]):
+        heapq.heappush(scored, (s, i))
+    sorted_ = [1, 3, 5]
+    bisect.insort(sorted_, 4)
+    at = bisect.bisect_left(sorted_, 4) + bisect.bisect_right(sorted_, 3, key=lambda v: v)
+    small = heapq.nsmallest(2, [4, 1, 3])
+    large = heapq.nlargest(2, [4, 1, 3], key=lambda v: -v)
+    return x * low + top + at, heap, scored, sorted_, small, large, heapq.heappop(scored)
+
+
+@case(T(4))
+def heapq_of_a_deque_raises_as_eager(x):
+    heapq.heappush(collections.deque([1]), 2)  # TypeError: the C function takes only lists
+    return x
+
+
+@case(T(4), graphs=1, breaks=0)
+def dict_fromkeys_shares_its_value(x):
+    d = dict.fromkeys(["a", "b"], [])
+    d["a"].append(x + 1)
+    od = collections.OrderedDict.fromkeys("xy")
+    return d, d["a"] is d["b"], od, dict.fromkeys(range(3), 0)
+
+
+@case(T(4), lambda: {"a": 2, "b": 3}, graphs=1, breaks=0)
+def chainmap_reads_through_and_writes_the_first_map(x, base):
+    cm = collections.ChainMap({"a": 1}, base)
+    cm["c"] = x * 2
+    child = cm.new_child({"b": 10})
+    del cm["a"]
+    return x + cm["a"] + child["b"], len(cm), "b" in cm, cm.get("z", 7), sorted(cm), cm.maps
 
 
 @pytest.mark.parametrize("fn,factories,expect", case)

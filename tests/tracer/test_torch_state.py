@@ -104,6 +104,18 @@ def seed_then_rand(x):
     return x + torch.rand(3)
 
 
+def op_seed_rand(x):
+    y = x * 2  # not random, but an op: the seed is not moved ahead of it
+    torch.manual_seed(3)
+    return y + torch.rand(3)
+
+
+def seed_twice_then_rand(x):
+    torch.manual_seed(5)
+    torch.manual_seed(6)
+    return x + torch.rand(3), torch.nn.functional.dropout(x, 0.5)
+
+
 def rand_seed_rand(x):
     a = torch.rand(3)
     torch.random.manual_seed(1)
@@ -132,7 +144,9 @@ def several_random_ops(x):
 @pytest.mark.parametrize(
     "fn,graphs,breaks",
     [
-        (seed_then_rand, 1, 1),
+        (seed_then_rand, 1, 0),
+        (seed_twice_then_rand, 1, 0),
+        (op_seed_rand, 2, 1),
         (rand_seed_rand, 2, 1),
         (rng_state_restored, 2, 1),
         (rng_state_read, 1, 0),
@@ -143,7 +157,9 @@ def test_random_stream_matches_eager(fn, graphs, breaks):
     _same_stream(fn, (3,), graphs=graphs, breaks=breaks)
 
 
-@pytest.mark.parametrize("fn", [seed_then_rand, rand_seed_rand, several_random_ops])
+@pytest.mark.parametrize(
+    "fn", [seed_then_rand, seed_twice_then_rand, rand_seed_rand, several_random_ops]
+)
 def test_random_stream_matches_eager_generated_code(fn):
     """The same through our code generator (random ops run as torch's kernels, in order);
     fused arithmetic around them may round differently, a draw from elsewhere would not."""
@@ -151,7 +167,41 @@ def test_random_stream_matches_eager_generated_code(fn):
 
 
 def test_seed_break_names_the_global_state():
-    out = compiler.explain(seed_then_rand)(torch.randn(3))
+    out = compiler.explain(rand_seed_rand)(torch.randn(3))
     (reason,) = out.break_reasons
     assert reason.kind == "global_state"
     assert "random generator" in reason.reason
+
+
+def test_seed_ahead_of_every_op_is_made_before_the_graph_and_recorded():
+    compiled = compiler.compile(seed_then_rand)
+    compiled(torch.randn(3))
+    controls = [c for e in compiler.inspect(compiled).entries for c in e.controls]
+    assert [(c.kind, c.target) for c in controls] == [("seed", "torch.manual_seed(0)")]
+    assert compiled(torch.zeros(3)).equal(seed_then_rand(torch.zeros(3)))
+
+
+def _seed_then_rand_cuda(x):
+    torch.manual_seed(0)
+    return x + torch.rand(3, device=x.device), torch.nn.functional.dropout(x, 0.5)
+
+
+@pytest.mark.gpu
+def test_seed_ahead_of_every_op_draws_eager_numbers_on_cuda():
+    """The seed made before the graph reseeds CUDA's generator too; the generated code's
+    random ops draw from it as eager's do."""
+    compiled = compiler.compile(_seed_then_rand_cuda, backend="inductor")
+    for call in range(2):
+        x = torch.randn(3, device="cuda")
+        torch.manual_seed(100 + call)
+        expected, after = _seed_then_rand_cuda(x), torch.rand(4, device="cuda")
+        torch.manual_seed(100 + call)
+        actual, actual_after = compiled(x), torch.rand(4, device="cuda")
+        assert_same(expected, actual, f"call {call}: out", rtol=1e-5, atol=1e-6)
+        assert torch.equal(after, actual_after)
+
+
+def test_export_refuses_a_seed_made_before_the_graph():
+    """The exported graph would not reseed: export says so rather than drop the call."""
+    with pytest.raises(compiler.Unsupported, match=r"torch\.manual_seed\(0\) is made before"):
+        compiler.export(seed_then_rand, torch.randn(3))

@@ -628,7 +628,22 @@ def _callable(v: Var) -> bool:
     return ops_of(v).call is not None and not isinstance(v, ConstVar)
 
 
+def _fromkeys(cls: type) -> Callable[[Tracer, list[Var], dict[str, Var]], Var]:
+    """`dict.fromkeys(keys, value=None)`: every key maps to the one value object, as eagerly."""
+
+    def make(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        if kwargs or not 1 <= len(args) <= 2:
+            raise Break(f"{cls.__name__}.fromkeys() with other arguments runs in Python")
+        value = args[1] if len(args) == 2 else ConstVar(None)
+        keys = operations.unpack_iterable(tx, args[0])
+        return DictVar({operations.dict_key(k): value for k in keys}, cls=cls)
+
+    return make
+
+
 builtin_fns.SPECIAL[collections.defaultdict] = _defaultdict
+for _cls in (dict, collections.OrderedDict):
+    builtin_fns.SPECIAL[_cls.fromkeys] = _fromkeys(_cls)
 
 
 # ---- slices -------------------------------------------------------------------------------------

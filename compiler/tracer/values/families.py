@@ -3,8 +3,10 @@ dispatches over them), so that each registers its kinds in table.VALUE_OPS."""
 
 from compiler.tracer.values import (  # noqa: F401
     autograd_functions,
+    cached_functions,
     containers,
     context_managers,
+    copies,
     counters,
     dataclass_calls,
     deques,
@@ -12,10 +14,12 @@ from compiler.tracer.values import (  # noqa: F401
     iterators,
     itertools,
     library_calls,
+    module_containers,
     modules,
     numbers,
     partials,
     sets,
+    stdlib_python,
     tensors,
     torch_functions,
     user_objects,

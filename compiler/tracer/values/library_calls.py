@@ -245,7 +245,9 @@ def _cached(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> 
     never changes while it stays cached). With other arguments (tensors) the wrapped function
     is traced instead, as torch.compile does: eager hashes a tensor by identity, so a call on
     the fresh tensors of each step misses the cache and runs the wrapped function, which is
-    what the trace does; only its cache statistics differ."""
+    what the trace does; only its cache statistics differ. A second call with the same
+    arguments (the same tensor) in one call hits eager's cache: the trace gives the first
+    call's value back and does not run the function again."""
     wrapper = fn.held
     wrapped = wrapper.__wrapped__
     name = f"{getattr(wrapped, '__module__', '')}.{getattr(wrapped, '__qualname__', '?')}"
@@ -277,7 +279,14 @@ def _cached(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> 
         return wrap_unguarded(result)
     if not isinstance(wrapped, types.FunctionType):
         return NotImplemented
-    return calls.call(tx, FunctionVar(fn=wrapped), args, kwargs)
+    key = (
+        id(wrapper),
+        tuple(operations.dict_key(a) for a in args),
+        tuple((k, operations.dict_key(v)) for k, v in kwargs.items()),
+    )
+    if key not in tx.cached_calls:
+        tx.cached_calls[key] = calls.call(tx, FunctionVar(fn=wrapped), args, kwargs)
+    return tx.cached_calls[key]
 
 
 def _hashable(values: tuple[list, dict]) -> bool:

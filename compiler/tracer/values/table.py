@@ -56,6 +56,7 @@ class ValueOps:
     foldable: bool = True  # an operator over two constants of this kind runs at trace time
     unary: Callable[[Tracer, Callable, Any], Var] | None = None
     truth: Callable[[Tracer, Any], bool] | None = None
+    length: Callable[[Tracer, Any], Var] | None = None  # len(v), where the kind says it
     # `with v:`: what BEFORE_WITH leaves, the exit callable and the value of __enter__()
     enter: Callable[[Tracer, Any], tuple[Var, Var]] | None = None
     same: Callable[[Any, Var], bool | None] | None = None  # `a is b`; None: undecided

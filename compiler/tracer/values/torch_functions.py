@@ -13,6 +13,7 @@ from compiler.records import ControlRecord
 from compiler.support.autocast import AutocastRestore
 from compiler.tracer import builtin_fns, reconstruct
 from compiler.tracer.breaks import Break
+from compiler.tracer.context import DeferredCall
 from compiler.tracer.values.table import VALUE_OPS, ValueOps
 from compiler.tracer.values.tensors import BACKWARD_REASON
 from compiler.tracer.variables import (
@@ -64,11 +65,34 @@ def torch_call(tx: Tracer, fn: Callable, args: list[Var], kwargs: dict[str, Var]
     if reason is not None:
         raise Break(reason, "autograd_engine")
     name = getattr(fn, "__name__", "")
+    if fn is torch.manual_seed and _seeds_first(tx, args, kwargs):
+        seed = args[0].value
+        what = f"torch.manual_seed({seed})"
+        tx.before_graph.append(DeferredCall(torch.manual_seed, (seed,), {}, what))
+        control = ControlRecord(
+            "seed", what, f"{what} is made just before the graph runs", tx.builder.line
+        )
+        if control not in tx.builder.controls:
+            tx.builder.controls.append(control)
+        return ObjVar(torch.default_generator)  # what manual_seed returns
     if name in _SEEDING:
         raise Break(_SEED_REASON.format(name=name), "global_state")
     if name in _STATEFUL_TORCH_NAMES or name.startswith("set_") or name.startswith("_set_"):
         raise Break(f"torch.{name} changes global state; it runs in Python", "global_state")
     return tx.builder.call("call_function", fn, args, kwargs)
+
+
+def _seeds_first(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> bool:
+    """`torch.manual_seed(n)` with a constant n, before any op of the graph: made for real
+    just before the graph runs, it sets the state eager's own call sets at the same point of
+    the random stream, for the graph's random ops draw from the global generator as eager
+    does (they run as torch's own kernels, in order). After an op it would come too early
+    for that op (the op could be random): it breaks the graph then, as torch.compile does."""
+    if kwargs or len(args) != 1 or not isinstance(args[0], ConstVar):
+        return False
+    if not isinstance(args[0].value, int) or isinstance(args[0].value, bool):
+        return False
+    return all(n.op in ("placeholder", "get_attr") for n in tx.builder.graph.nodes)
 
 
 def is_optimizer(v: Var) -> bool:

@@ -483,7 +483,11 @@ def _new_object(cls: type, fields: dict, items: dict | None) -> Any:
         base = objects.mapping_base(cls)
         for key, value in items.items():
             base.__setitem__(obj, key, value)
-    obj.__dict__.update(fields)
+    for name, value in fields.items():
+        if objects.is_slot(cls, name):
+            inspect.getattr_static(cls, name).__set__(obj, value)
+        else:
+            obj.__dict__[name] = value
     return obj
 
 

@@ -360,11 +360,12 @@ def test_a_dynamic_graphs_independent_kernels_run_generic_code_not_combined(load
 
     compiled = compiler.compile(fn)
     per_size = []
-    for n in (6, 7, 40, 9, 23):
-        a, b = torch.randn(n, 8), torch.randn(n + 3, 16)
-        before = len(loads)
-        torch.testing.assert_close(compiled(a, b), fn(a, b), msg=f"size {n}")
-        per_size.append(len(loads) - before)
+    with compiler.config.patch(combo_kernels=True):  # even where every graph may combine
+        for n in (6, 7, 40, 9, 23):
+            a, b = torch.randn(n, 8), torch.randn(n + 3, 16)
+            before = len(loads)
+            torch.testing.assert_close(compiled(a, b), fn(a, b), msg=f"size {n}")
+            per_size.append(len(loads) - before)
     assert per_size[2:] == [0, 0, 0], per_size
     kinds = [k.config.get("kind") for k in compiler.inspect(compiled).kernels]
     assert kinds[0] == "combo" and "combo" not in kinds[1:]  # the static first size's

@@ -44,9 +44,10 @@ The settings, as torch._dynamo.config names them:
   "auto": in compiled optimizer steps only (their per-parameter updates; compiler/optim),
   where torch.compile also combines them (its foreach kernels) and where they were checked
   against eager on the H200; True: in every Triton graph (torch.compile's combo_kernels is
-  off by default too, and on the H200 a graph of 30 independent constant_pad_nd kernels
-  gave wrong values in int32, int64 and float64 with them, not yet understood); False:
-  never. Read when a graph is compiled.
+  off by default too, and on the H200 the OpInfo suite's graph of each dtype's
+  constant_pad_nd samples gave wrong values in int32, int64 and float64 with them, not yet
+  understood: 30 pads alone in one graph, or the same OpInfo cases under "auto", are right
+  there); False: never. Read when a graph is compiled.
 - `cudagraph_size_limit` (default 512): under mode="reduce-overhead", how many sizes of one
   dynamic graph get a CUDA graph of their own (recorded at the size's first call, replayed
   at its later ones, all in one memory pool). Later sizes run their kernels without a graph,

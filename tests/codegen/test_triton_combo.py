@@ -261,23 +261,3 @@ def test_plain_graphs_combine_kernels_only_when_asked():
     (combined,) = _pad_kernels(True)
     assert len(combined.parts) == 6
     assert len(_pad_kernels(False)) == 6
-
-
-@pytest.mark.gpu
-@pytest.mark.xfail(
-    reason="open: on the H200 a graph of ~30 independent constant_pad_nd kernels in combined "
-    "kernels gave wrong values in int32, int64 and float64 (the OpInfo run of 2026-12-01), "
-    "where Triton's interpreter gives the right ones; hence combo_kernels='auto'",
-    strict=False,
-)
-def test_independent_pads_in_combined_kernels_on_the_gpu():
-    for dtype in (torch.int32, torch.int64, torch.float64, torch.float32):
-        xs = [
-            torch.randint(-9, 9, (k % 3 + 1, 3, 3 + k % 4), device="cuda").to(dtype)
-            for k in range(30)
-        ]
-        compiler.reset()
-        with config.patch(combo_kernels=True):
-            out = compiler.compile(_pads)(*xs)
-        for o, e in zip(out, _pads(*xs)):
-            assert torch.equal(o, e), dtype

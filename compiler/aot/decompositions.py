@@ -139,61 +139,46 @@ def _lerp_scalar(general, start: torch.Tensor, end: torch.Tensor, weight: float)
     return aten.add.Tensor(aten.mul.Tensor(diff, coeff), end if far else start)
 
 
-# The float type eager's integer linspace and logspace kernels step in, per device type:
-# double on the CPU (RangeFactoriesKernel.cpp), float on CUDA (RangeFactories.cu, with a
-# float32 `powf` for logspace; both left to eager's kernel on CUDA). One element of
-# linspace(0, 7, 50) is 4 on the CPU, 3 on CUDA.
-_RANGE_STEP_DTYPE = {"cuda": torch.float32}
+# Device types whose integer linspace and logspace kernels step in float32 (RangeFactories.cu,
+# with a float32 `powf` for logspace), where the CPU's step in double (RangeFactoriesKernel.cpp):
+# one element of linspace(0, 7, 50) is 4 on the CPU, 3 on CUDA. Their results stay eager's own
+# kernels (`_integer_linspace`, `_integer_logspace` say why).
+_FLOAT32_RANGE_DEVICES = {"cuda"}
 
 
-def _range_step_dtype(device) -> torch.dtype:
+def _ranges_step_in_float32(device) -> bool:
     kind = torch.device(device).type if device is not None else torch.get_default_device().type
-    return _RANGE_STEP_DTYPE.get(kind, torch.float64)
-
-
-def _ramp(first, last, step, steps: int, acc: torch.dtype, device) -> torch.Tensor:
-    """eager's integer ramp in `acc`: the first half counted from `first`, the rest back
-    from `last`, as both kernels compute it (not yet truncated)."""
-    index = torch.arange(steps, device=device, dtype=torch.int64)
-    low = first + step * index.to(acc)
-    high = last - step * (steps - 1 - index).to(acc)
-    return torch.where(index < steps // 2, low, high)
-
-
-def _integer_ends(start, end, dtype: torch.dtype, acc: torch.dtype):
-    """The ends converted to the integer dtype, then to `acc` (numbers stay Python floats,
-    rounded to `acc`)."""
-
-    def converted(v):
-        if isinstance(v, torch.Tensor):
-            return v.to(dtype).to(acc)
-        return _rounded(float(int(v)), acc)  # a C++ cast to the integer type: towards zero
-
-    return converted(start), converted(end)
+    return kind in _FLOAT32_RANGE_DEVICES
 
 
 def _integer_linspace(general, start, end, steps, *, dtype=None, **kwargs) -> torch.Tensor:
-    """linspace into an integer dtype as eager computes it: the ends converted to that dtype
-    first, the step and each value in the device's step type (`_RANGE_STEP_DTYPE`), then
-    truncated, the first half counted from `start` and the rest from `end`. torch's
-    reference steps in the default float dtype from the unconverted ends (int8 from 4.3 to 0
-    in 50 steps: 4, 4, 4, 4, 3, ... where eager gives 4, 3, 3, 3, 3, ...)."""
+    """linspace into an integer dtype as eager's CPU kernel computes it: the ends converted to
+    that dtype first, the step and each value in double, then truncated, the first half
+    counted from `start` and the rest back from `end`. torch's reference steps in the default
+    float dtype from the unconverted ends (int8 from 4.3 to 0 in 50 steps: 4, 4, 4, 4, 3, ...
+    where eager gives 4, 3, 3, 3, 3, ...).
+
+    On a device whose kernel steps in float32 (CUDA) it stays aten.linspace, eager's own
+    kernel, run as an extern call: that kernel is nvcc's float32 arithmetic, whose
+    contractions (fma) a Triton kernel does not reproduce bit for bit, and each ulp truncates
+    to another integer (linspace(4.3, -3, 50) into int8: 2 of 50 values one off on the H200)."""
     if dtype is None or dtype.is_floating_point or dtype.is_complex or steps < 2:
         return general(start, end, steps, dtype=dtype, **kwargs)
     device = kwargs.get("device")
-    acc = _range_step_dtype(device)
-    if acc == torch.float32:
-        # CUDA: eager's kernel is nvcc's float32 arithmetic, whose contractions (fma) a
-        # Triton kernel does not reproduce bit for bit, and each ulp truncates to another
-        # integer (linspace(4.3, -3, 50) into int8: 2 of 50 values one off on the H200).
-        # It stays aten.linspace, eager's own kernel, as an extern call.
+    if _ranges_step_in_float32(device):
         return NotImplemented
-    first, last = _integer_ends(start, end, dtype, acc)
-    if isinstance(first, torch.Tensor) or isinstance(last, torch.Tensor):
-        step = (last - first) / (steps - 1)
-    else:  # float(end) - float(start), divided, each rounded to `acc` as in C++
-        step = _rounded(_rounded(last - first, acc) / (steps - 1), acc)
-    return _ramp(first, last, step, steps, acc, device).to(dtype)
+
+    def converted(v):  # to the integer type (a C++ cast: towards zero), then to double
+        if isinstance(v, torch.Tensor):
+            return v.to(dtype).to(torch.float64)
+        return float(int(v))
+
+    first, last = converted(start), converted(end)
+    step = (last - first) / (steps - 1)
+    index = torch.arange(steps, device=device, dtype=torch.int64)
+    low = first + step * index.to(torch.float64)
+    high = last - step * (steps - 1 - index).to(torch.float64)
+    return torch.where(index < steps // 2, low, high).to(dtype)
 
 
 def _integer_logspace(general, start, end, steps, base=10.0, *, dtype=None, **kwargs):
@@ -207,7 +192,7 @@ def _integer_logspace(general, start, end, steps, base=10.0, *, dtype=None, **kw
         dtype is not None
         and not dtype.is_floating_point
         and not dtype.is_complex
-        and _range_step_dtype(kwargs.get("device")) == torch.float32
+        and _ranges_step_in_float32(kwargs.get("device"))
     ):
         return NotImplemented
     return general(start, end, steps, base, dtype=dtype, **kwargs)

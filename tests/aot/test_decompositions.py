@@ -222,7 +222,7 @@ def test_integer_ranges_in_cuda_float_steps_are_eagers_kernels(monkeypatch, ends
     integer, and a Triton kernel reproduces neither nvcc's contracted multiply-adds nor its
     powf bit for bit (on the H200: logspace(0, 7, 2, 10.0) into int32 was 10000001 against
     eager's 10000000; linspace(4.3, -3, 50) into int8 had 2 of 50 values one off)."""
-    monkeypatch.setitem(decompositions._RANGE_STEP_DTYPE, "cpu", torch.float32)
+    monkeypatch.setattr(decompositions, "_FLOAT32_RANGE_DEVICES", {"cuda", "cpu"})
     start, end = ends
     if dtype == torch.uint8 and end == -3:
         pytest.skip("negative ends of an unsigned range")

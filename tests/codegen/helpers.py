@@ -4,6 +4,9 @@ eager and with the loop-IR reference interpreter. benchmarks/codegen_gpu.py reus
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -99,3 +102,15 @@ def rand(*shape: int, dtype: torch.dtype = torch.float32, device: str = DEVICE) 
 
 def inputs_like(shapes: Sequence[tuple[int, ...]], **kw: Any) -> list[torch.Tensor]:
     return [rand(*s, **kw) for s in shapes]
+
+
+def assert_compile_for_sm90(kernels: Path) -> None:
+    """Every Triton kernel file in `kernels` compiles for sm_90 (tests/codegen/compile_sm90.py,
+    in a process of its own without Triton's interpreter): no GPU needed."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.getcwd()
+    script = os.path.join(os.path.dirname(__file__), "compile_sm90.py")
+    result = subprocess.run(
+        [sys.executable, script, str(kernels)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

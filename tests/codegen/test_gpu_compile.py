@@ -1,14 +1,10 @@
 """The kernels the interpreter runs also compile for a real GPU (sm_90, no device needed)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.codegen.helpers import compile_and_run, rand
+from tests.codegen.helpers import assert_compile_for_sm90, compile_and_run, rand
 
 CASES = [
     lambda x: (torch.sin(x) + torch.cos(x),),
@@ -86,11 +82,5 @@ def test_generated_kernels_compile_for_sm90(tmp_path):
     )
     for shape in ((2, 8192), (3, 5003)):
         compile_and_run(split, rand(*shape))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.getcwd()
     kernels = tmp_path / "cache" / "kernels"
-    script = os.path.join(os.path.dirname(__file__), "compile_sm90.py")
-    result = subprocess.run(
-        [sys.executable, script, str(kernels)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_compile_for_sm90(kernels)

@@ -6,9 +6,6 @@ real Triton with CODEGEN_TEST_DEVICE=cuda (benchmarks/gpu_checks.sh)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from typing import Callable
 
 import pytest
@@ -16,7 +13,7 @@ import torch
 
 import compiler
 from compiler import config
-from tests.codegen.helpers import DEVICE
+from tests.codegen.helpers import DEVICE, assert_compile_for_sm90
 
 # (shape, parameter dtype, gradient dtype): sizes that share no block, one element, bfloat16
 # parameters. A gradient of another dtype than its parameter's makes compiler/optim run
@@ -195,13 +192,7 @@ def test_combo_kernels_compile_for_sm90(tmp_path):
         for k in _graph(report).kernels:  # the cache may hold them from an earlier test
             (kernels / f"{name}_{k.name}.py").write_text(k.source)
     assert any("triton_combo" in p.name for p in kernels.iterdir())
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.getcwd()
-    script = os.path.join(os.path.dirname(__file__), "compile_sm90.py")
-    result = subprocess.run(
-        [sys.executable, script, str(kernels)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_compile_for_sm90(kernels)
 
 
 @pytest.mark.gpu

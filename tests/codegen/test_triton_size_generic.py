@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,6 +17,7 @@ import torch
 import compiler
 from compiler.codegen import size_args, triton_sized
 from compiler.runtime import triton_launch
+from tests.codegen.helpers import assert_compile_for_sm90
 from tests.codegen.test_size_generic import (
     SIZES,
     Attention,
@@ -266,13 +265,7 @@ def test_generic_kernels_compile_for_sm90(loads, tmp_path):
             (folder / f"{k.size_generic}.py").write_text(text)
     texts = [path.read_text() for path in folder.glob("*.py")]
     assert any("ks0" in t for t in texts) and any("tl.full([], kf" in t for t in texts)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.getcwd()
-    script = os.path.join(os.path.dirname(__file__), "compile_sm90.py")
-    result = subprocess.run(
-        [sys.executable, script, str(folder)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_compile_for_sm90(folder)
 
 
 # ---- the launcher's side ------------------------------------------------------------------

@@ -40,14 +40,14 @@ The settings, as torch._dynamo.config names them:
   cuBLAS's aligned kernels (compiler/aot/pad_matmul.py). "auto": on CUDA only; True: on any
   device (the CPU tests use it); False: never. Read when a graph is compiled.
 - `combo_kernels` (default "auto"; torch._inductor.config's name): independent pointwise
-  kernels of a graph launch as one combined Triton kernel (compiler/scheduler/horizontal.py).
-  "auto": in compiled optimizer steps only (their per-parameter updates; compiler/optim),
-  where torch.compile also combines them (its foreach kernels) and where they were checked
-  against eager on the H200; True: in every Triton graph (torch.compile's combo_kernels is
-  off by default too, and on the H200 the OpInfo suite's graph of each dtype's
-  constant_pad_nd samples gave wrong values in int32, int64 and float64 with them, not yet
-  understood: 30 pads alone in one graph, or the same OpInfo cases under "auto", are right
-  there); False: never. Read when a graph is compiled.
+  kernels of a graph launch as one combined Triton kernel (compiler/scheduler/horizontal.py),
+  those whose every load and store is at their flat index (streaming kernels: updates,
+  fills, scaling). "auto": in compiled optimizer steps only (their per-parameter updates;
+  compiler/optim), where torch.compile also combines them (its foreach kernels) and where
+  they were checked against eager on the H200; True: in every Triton graph (torch.compile's
+  combo_kernels is off by default too); False: never. Kernels that address by coordinates
+  (padding, transposes) are never combined: Triton miscompiled 32 padding parts in one
+  kernel on the H200 (horizontal.py says how). Read when a graph is compiled.
 - `cudagraph_size_limit` (default 512): under mode="reduce-overhead", how many sizes of one
   dynamic graph get a CUDA graph of their own (recorded at the size's first call, replayed
   at its later ones, all in one memory pool). Later sizes run their kernels without a graph,

@@ -226,17 +226,21 @@ def test_gpt2_sized_adamw_step_on_the_gpu(mode):
     assert len(kernels) <= 4
 
 
+def _scaled(*xs):
+    return tuple(x * (k + 2) - 1 for k, x in enumerate(xs))
+
+
 def _pads(*xs):
     return tuple(torch.constant_pad_nd(x, (1, 1, 1, 1), 2) for x in xs)
 
 
-def _pad_kernels(combo):
+def _kernels(fn, combo):
     xs = [torch.randint(-9, 9, (k + 1, 3, 5), dtype=torch.int64, device=DEVICE) for k in range(6)]
     compiler.reset()
-    compiled = compiler.compile(_pads)
+    compiled = compiler.compile(fn)
     with config.patch(combo_kernels=combo):
         out = compiled(*xs)
-    for o, e in zip(out, _pads(*xs)):
+    for o, e in zip(out, fn(*xs)):
         assert torch.equal(o, e)
     (record,) = compiler.inspect(compiled).functions
     return record.graphs[0].kernels
@@ -247,8 +251,17 @@ def test_plain_graphs_combine_kernels_only_when_asked():
     torch.compile combines only its foreach kernels; a user's graph of independent kernels
     keeps one launch per kernel unless combo_kernels=True."""
     assert config.combo_kernels == "auto"
-    assert not any(k.parts for k in _pad_kernels("auto"))
-    assert len(_pad_kernels("auto")) == 6
-    (combined,) = _pad_kernels(True)
+    assert not any(k.parts for k in _kernels(_scaled, "auto"))
+    assert len(_kernels(_scaled, "auto")) == 6
+    (combined,) = _kernels(_scaled, True)
     assert len(combined.parts) == 6
-    assert len(_pad_kernels(False)) == 6
+    assert len(_kernels(_scaled, False)) == 6
+
+
+def test_kernels_addressed_by_coordinates_are_never_combined():
+    """Padding's kernels compute their addresses from coordinates and mask their loads: such
+    parts are not combined even under combo_kernels=True (compiler/scheduler/horizontal.py
+    says what Triton made of 32 of them on the H200)."""
+    kernels = _kernels(_pads, True)
+    assert len(kernels) == 6
+    assert not any(k.parts for k in kernels)

@@ -12,7 +12,8 @@
 #               Llama steps in reduce-overhead mode against torch.compile, on that GPU (its
 #               times share the host's cores with the tests: read them as a check, not a record)
 # CHECKS names the checks to run (default: all but amp); OPINFO_K adds a -k selection of the
-# OpInfo cases with all their samples.
+# OpInfo cases with all their samples; PYTEST_N=k runs each pytest check in k xdist workers
+# (for a short call with few checks).
 # Summaries go to $OUT/gpu_checks.txt (the device returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu_out}
@@ -24,7 +25,7 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 # ~13 processes share 16 cores: a few compile workers each, not 16
 export COMPILER_COMPILE_WORKERS=${COMPILER_COMPILE_WORKERS:-2} COMPILER_COMPILE_THREADS=2
 python3 -m compiler.runtime.cpp_ext build >/dev/null 2>&1 || echo "the C++ extension is not built: guards and launches stay in Python"
-PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib"
+PYTEST="python3 -m pytest -q -p no:cacheprovider -p no:logging -o addopts=--import-mode=importlib ${PYTEST_N:+-n $PYTEST_N}"
 summarise() {  # name: its log's counts and failures, appended to the summary
   { echo "== $1"
     grep -E "^(FAILED|ERROR)|passed|failed|^total|^cuda |exit [0-9]+|ms/step|CUDA graph \(|^  +[0-9.]+ ms x|GPU time|loss difference" "$LOGS/$1.txt" | cut -c1-400 | tail -60

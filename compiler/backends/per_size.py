@@ -28,7 +28,7 @@ from compiler.aot.symbolic import SymbolicAot, trace_symbolic
 from compiler.aot.trace import AotGraph, needs_autograd
 from compiler.backends.options import backend_options, current_options
 from compiler.records import CompilerWarning, compiling_graph, current_graph
-from compiler.support.lazy_graphs import graph_code
+from compiler.support.lazy_graphs import graph_code, graph_module
 from compiler.tracer.shapes import SYM_TYPES, is_symbolic
 
 CompileStatic = Callable[[torch.fx.GraphModule, list], Callable]
@@ -197,4 +197,6 @@ def specialise(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.Gra
         copy = env[node] = graph.node_copy(node, lambda n: env[n])
         copy.meta.pop("example_value", None)
         copy.meta.pop("val", None)
-    return torch.fx.GraphModule(gm, graph, class_name="SpecialisedGraph")
+    # lazy: its Python code is made only where it runs (an eager fallback); compiled, it is
+    # traced or bound, never run (a few ms of each new size)
+    return graph_module(gm, graph, class_name="SpecialisedGraph")

@@ -6,6 +6,7 @@ the dynamic graph, and none per later size."""
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -99,6 +100,8 @@ IDS = ["pointwise", "reductions", "reductions_over_n", "views", "aliases", "squa
 @pytest.mark.parametrize("fn, make_args", FAMILIES, ids=IDS)
 def test_one_symbolic_trace_serves_every_size(traces, monkeypatch, target, fn, make_args):
     device = _target(target, monkeypatch)
+    if isinstance(fn, torch.nn.Module):
+        fn = copy.deepcopy(fn).to(device)
     # x[n - 2] and the views of x[1:] need 3 rows to be what the other sizes have
     sizes = SIZES if fn not in (views, aliases) else tuple(n for n in SIZES if n != 2)
     compiled = sweep(fn, make_args, device, sizes, atol=1e-4, rtol=1e-4)

@@ -188,3 +188,25 @@ def test_a_failing_bound_size_is_traced_concretely_and_right(traces, monkeypatch
     sweep(pointwise, lambda n: (torch.randn(n, 24), torch.randn(n, 24)), "cpu")
     assert refused == [13]
     assert traces == ["concrete", "symbolic", "concrete"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_inputs_written_in_place_across_sizes(traces, monkeypatch, target):
+    device = _target(target, monkeypatch)
+
+    def fn(x, y):
+        x.mul_(2).add_(y[: x.shape[0]])
+        y[1:].sub_(1)
+        return x, x.sum(1), y.t()
+
+    compiled = compiler.compile(fn)
+    for n in SIZES:
+        x, y = torch.randn(n, 6, device=device), torch.randn(n + 1, 6, device=device)
+        ex, ey = x.clone(), y.clone()
+        with torch.no_grad():
+            expected = fn(ex, ey)
+            actual = compiled(x, y)
+        torch.testing.assert_close(actual, expected, msg=f"size {n}")
+        torch.testing.assert_close((x, y), (ex, ey), msg=f"inputs at size {n}")
+        assert actual[0] is x  # the input itself, as eager returns it
+    assert traces == ["concrete", "symbolic"], traces

@@ -31,16 +31,6 @@ from compiler.aot.trace import AotGraph, trace_forward
 from compiler.support.lazy_graphs import graph_module
 from compiler.tracer.shapes import SYM_TYPES
 
-# Nodes of a symbolic trace that check sizes at run time: bound, they check constants, and
-# the lowering has no rule for them (a concrete trace has none).
-_ASSERTS = frozenset(
-    {
-        torch.ops.aten._assert_scalar.default,
-        torch.ops.aten.sym_constrain_range_for_size.default,
-        torch._check,
-    }
-)
-
 
 @dataclass
 class SymbolicAot:
@@ -164,8 +154,6 @@ def _bound_graph(
         val = node.meta.get("val")
         if isinstance(val, SYM_TYPES):
             env[node] = values.of(val)
-            continue
-        if node.op == "call_function" and node.target in _ASSERTS:
             continue
         copy = env[node] = graph.node_copy(node, lambda n: env[n])
         copy.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}

@@ -12,7 +12,9 @@ variable-length batches call it. For each of eager, ours and torch.compile, a fr
 with its own empty cache directories times the whole sweep (compiles included) and counts
 compiles: ours, the batches of C++ kernels built (a graph's kernels build as one batch) and
 the Triton kernel modules loaded (each a Triton compile on a GPU); torch.compile, its
-compiled graphs (torch._dynamo's counters: benchmarks only). Steady state: one more process
+compiled graphs (torch._dynamo's counters: benchmarks only). A new size's call: the median
+wall time of the calls at lengths 3..24, each a new size of the dynamic graph (ours: its
+lowering onwards; make_fx traces are counted, the dynamic graph's one symbolic). Steady state: one more process
 builds all three, calls each at every length until nothing compiles, then times whole
 sweeps interleaved round-robin (load from other jobs hits every column alike) and reports
 the median per call; on a GPU timed by CUDA events. torch.compile is used here only, as the
@@ -49,7 +51,8 @@ LENGTHS = (7, 9, 12, 16, 19, 23, 28, 32, 37, 41, 48, 53, 64, 71, 80, 89, 96, 101
 RUNNERS = ("eager", "ours", "torch.compile")
 DEVICE = os.environ.get("SWEEP_DEVICE", "cpu")  # the children's device (--device)
 MODE = os.environ.get("SWEEP_MODE") or None  # ours' and torch.compile's mode (--mode)
-PIPELINE_RUNS: list[int] = []  # ours: graphs compiled (one per size of a dynamic graph)
+PIPELINE_RUNS: list[int] = []  # ours: graphs compiled from lowering on (one per size)
+AOT_TRACES: list[str] = []  # ours: make_fx traces ("concrete" per size, "symbolic" once)
 
 
 class DecoderBlock(nn.Module):
@@ -113,7 +116,9 @@ def build(runner: str, model: nn.Module | None = None):
             rounds.append(1)
             return real_load(source, name)
 
-        # A graph compiled for one size (the pipeline up to kernel text, which runs per size)
+        # A graph compiled for one size (lowering to kernel text, which runs per size), and
+        # the aot stage's make_fx traces (a dynamic graph's once, with symbolic sizes)
+        from compiler.aot import symbolic
         from compiler.backends import inductor
 
         real_fx = inductor.compile_fx
@@ -122,9 +127,18 @@ def build(runner: str, model: nn.Module | None = None):
             PIPELINE_RUNS.append(1)
             return real_fx(*args, **kwargs)
 
+        def counting_trace(kind, real):
+            def trace(*args, **kwargs):
+                AOT_TRACES.append(kind)
+                return real(*args, **kwargs)
+
+            return trace
+
         cpp_build.compile_files, cpp_build.load_many = counting, counting_many
         triton_launch.load_function = counting_load
         inductor.compile_fx = counting_fx
+        inductor.trace_forward = counting_trace("concrete", inductor.trace_forward)
+        symbolic.trace_forward = counting_trace("symbolic", symbolic.trace_forward)
         compiled = compiler.compile(model, mode=MODE)
         return compiled, lambda: len(rounds)
     from torch._dynamo.utils import counters
@@ -157,10 +171,21 @@ def sweep_child(runner: str, threads: int) -> dict:
     torch.set_num_threads(threads)
     xs = inputs()
     fn, compiles = build(runner)
+    calls = []
     with torch.no_grad(), Clock() as clock:
         for x in xs:
+            start = time.perf_counter()  # wall time: a compile is host work
             fn(x)
-    out = {"sweep_s": clock.seconds, "compiles": compiles()}
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            calls.append(time.perf_counter() - start)
+    # every length after the first two is a new size of the dynamic graph (compiled by then)
+    out = {
+        "sweep_s": clock.seconds,
+        "compiles": compiles(),
+        "new_size_ms": statistics.median(calls[2:]) * 1e3,
+        "calls_s": calls,
+    }
     if runner == "ours":
         import compiler
 
@@ -168,6 +193,7 @@ def sweep_child(runner: str, threads: int) -> dict:
         out["graphs"] = len(report.graphs)
         out["generic_kernel_records"] = sum(1 for k in report.kernels if k.size_generic)
         out["notes"] = [n for g in report.graphs for n in g.notes]
+        out["aot_traces"] = AOT_TRACES
         with torch.no_grad():  # correctness at every length
             ref = build("eager")[0]
             out["max_abs_error"] = max(float((fn(x) - ref(x)).abs().max()) for x in xs)
@@ -250,6 +276,7 @@ def generate_child(layers: int, prompt: int, new_tokens: int, repeat: int, runne
             cold["ours"].update(
                 graphs=len(report.graphs),
                 sizes_compiled=len(PIPELINE_RUNS),
+                aot_traces=list(AOT_TRACES),
                 generic_kernel_records=sum(1 for k in report.kernels if k.size_generic),
                 notes=[n for g in report.graphs for n in g.notes][-12:],
             )
@@ -323,18 +350,25 @@ def main() -> None:
     steady = child(["steady", str(a.threads), str(a.repeat), a.runners], a.threads)
     print(f"decoder block, width 256, {len(LENGTHS)} lengths {LENGTHS[0]}..{LENGTHS[-1]}, "
           f"{_where(a)}, {a.threads} thread(s), load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    print("| | whole sweep, compiles included | steady state per call | compiles |")
-    print("|---|---|---|---|")
+    print("| | whole sweep, compiles included | steady state per call | compiles | "
+          "a new size's call (median of lengths 3..24) |")  # fmt: skip
+    print("|---|---|---|---|---|")
     for r in runners:
         s = sweeps[r]
-        print(f"| {r} | {s['sweep_s']:.2f} s | {steady[r]:.3f} ms | {s['compiles']} |")
+        print(f"| {r} | {s['sweep_s']:.2f} s | {steady[r]:.3f} ms | {s['compiles']} | "
+              f"{s['new_size_ms']:.1f} ms |")  # fmt: skip
     ours = sweeps.get("ours")
     if ours is None:
         return
     print(f"ours: max |error| vs eager {ours['max_abs_error']:.2e}; graphs {ours['graphs']}; "
-          f"kernel records run size-generic {ours['generic_kernel_records']}")  # fmt: skip
+          f"kernel records run size-generic {ours['generic_kernel_records']}; make_fx traces "
+          f"{_traces(ours['aot_traces'])}")  # fmt: skip
     for note in ours["notes"]:
         print(f"  note: {note}")
+
+
+def _traces(kinds: list[str]) -> str:
+    return ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "none"
 
 
 def _where(a) -> str:
@@ -359,9 +393,10 @@ def generation(a, runners: list[str]) -> None:
               f"{cold[r]['compiles']} | {same} |")  # fmt: skip
     ours = cold.get("ours")
     if ours is not None:
-        print(f"ours: graph records {ours['graphs']}; graphs compiled per size (the pipeline up "
-              f"to kernel text, kernels not compiled again) {ours['sizes_compiled']}; kernel "
-              f"records run size-generic {ours['generic_kernel_records']}")  # fmt: skip
+        print(f"ours: graph records {ours['graphs']}; graphs compiled per size (lowering to "
+              f"kernel text, kernels not compiled again) {ours['sizes_compiled']}; make_fx "
+              f"traces {_traces(ours['aot_traces'])}; kernel records run size-generic "
+              f"{ours['generic_kernel_records']}")  # fmt: skip
         for note in ours["notes"]:
             print(f"  note: {note}")
 

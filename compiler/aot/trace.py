@@ -17,7 +17,7 @@ import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 from torch.func import functionalize
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 
 from compiler.aot.decompositions import decomposition_table
 from compiler.aot.inplace import remove_mutations
@@ -78,7 +78,10 @@ def trace_forward(
         # The trace's fake values say which outputs alias inputs (not functionalize's
         # wrappers: their views of a strided input have other strides and offsets).
         out = run(*args)
-        described.append(describe_outputs(args, out))
+        # Outside the trace: with symbolic sizes, the description's size arithmetic would
+        # be recorded as graph nodes (and make_fx fails on some of them)
+        with disable_proxy_modes_tracing():
+            described.append(describe_outputs(args, out))
         return out
 
     def trace(g: torch.fx.GraphModule) -> torch.fx.GraphModule:

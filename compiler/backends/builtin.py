@@ -41,10 +41,12 @@ def _static_graphs(
     example_inputs: Sequence[Any],
     compile_static: Callable[[torch.fx.GraphModule, list], Callable],
     what: str,
+    compile_bound: Callable | None = None,
 ) -> Callable:
     """`compile_static` for a backend that works on concrete sizes and traces what it is
-    given: a graph with symbolic sizes is compiled per size at call time (per_size.py), and
-    opaque calls (compiler.allow_in_graph) run between compiled parts (opaque.py)."""
+    given: a graph with symbolic sizes is compiled per size at call time (per_size.py), from
+    its symbolic aten graph bound to each size where `compile_bound` takes one, and opaque
+    calls (compiler.allow_in_graph) run between compiled parts (opaque.py)."""
     from compiler.backends.opaque import has_opaque, split_at_opaque
     from compiler.backends.per_size import PerSize, is_dynamic
     from compiler.backends.scalars import (
@@ -79,7 +81,8 @@ def _static_graphs(
         return compile_static(g, inputs)
 
     if is_dynamic(gm):
-        return PerSize(gm, example_inputs, one, what)
+        bound = None if has_opaque(gm) else compile_bound
+        return PerSize(gm, example_inputs, one, what, bound)
     return one(gm, list(example_inputs))
 
 
@@ -169,7 +172,13 @@ def inductor(
             with size_generic():
                 return compile_static(g, inputs)
 
-        return _static_graphs(gm, example_inputs, compile_sized, "kernels")
+        def compile_bound(g: torch.fx.GraphModule, aot: Any, inputs: list) -> Callable:
+            with size_generic():
+                return compile_fx(
+                    g, inputs, mode=mode, options=options, strict=served.fullgraph, aot=aot
+                )
+
+        return _static_graphs(gm, example_inputs, compile_sized, "kernels", compile_bound)
     return _static_graphs(gm, example_inputs, compile_static, "kernels")
 
 

@@ -74,6 +74,7 @@ def compile_fx(
     mode: str | None = None,
     options: dict | None = None,
     strict: bool = False,
+    aot: AotGraph | None = None,
 ) -> Callable:
     """Compile `gm` for inputs like `example_inputs`; returns a callable taking the same
     positional tensors and returning what `gm` returns. `mode`: None/"default",
@@ -81,13 +82,17 @@ def compile_fx(
     call; "max-autotune-no-cudagraphs" is the same here); `compile(options=...)` arrives as
     the mode it names (backends/options.py), so `options` is a user backend's own. A failure of the code generator runs the graph eagerly unless
     `strict` (fullgraph=True), COMPILER_STRICT=1 or config.suppress_errors=False, which
-    raise it."""
+    raise it. `aot`: `gm`'s aten graph for these inputs, traced already (a dynamic graph's,
+    bound to their sizes: compiler/aot/symbolic.py); a graph that needs autograd traces its
+    joint graph instead."""
     record = current_graph()
     if needs_autograd(gm, example_inputs):
         training = _training(gm, mode, record, strict)
         training.entry_for(list(example_inputs))
         return training
     compiled = CompiledGraph(gm, mode, record, strict=strict)
+    if aot is not None:
+        compiled.aot, compiled.aot_for = aot, _signature(example_inputs)
     compiled.entry_for(list(example_inputs))
     return compiled
 
@@ -185,7 +190,8 @@ class CompiledGraph:
 
     Given `aot`, the graph is already a functional aten graph (a training graph's forward or
     backward half, named by `part`): the aot stage is skipped and the kernels are recorded
-    as that part's.
+    as that part's. With `aot_for` too, `aot` is the graph for inputs of that signature only
+    (a dynamic graph's, bound to one call's sizes): others are traced.
 
     When compiled code raises, the graph runs again eagerly and eager decides: if it raises
     too, that is the user's error (a division by zero, an index out of range), raised as
@@ -210,6 +216,7 @@ class CompiledGraph:
         self.part = part
         self.strict = strict
         self.entries: dict[tuple, Callable] = {}
+        self.aot_for: SignatureKey | None = None
 
     def __call__(self, *args: Any) -> Any:
         return self._call(_signature(args), args)
@@ -250,11 +257,10 @@ class CompiledGraph:
         """The entry for inputs like `args`, built, under `key` (their signature; a caller
         that keeps the key passes it, so its lookups find the entry by identity)."""
         key = _signature(args) if key is None else key
+        aot = self.aot if self.aot_for is None or self.aot_for == key else None
         try:
             with gc_paused():  # all its stages in one pause (a backward compiles at its call)
-                built = _Compiled(
-                    self.gm, args, self.mode, self.record, self.aot, self.part
-                ).build()
+                built = _Compiled(self.gm, args, self.mode, self.record, aot, self.part).build()
         except Exception as exc:  # never break user code: run the graph eagerly
             self.entries[key] = self._fallback(exc)
             return self.entries[key]

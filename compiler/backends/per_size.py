@@ -8,6 +8,10 @@ compiled callable specialises the graph to the concrete sizes of each call and c
 the first time it sees them, in a small cache keyed on the sizes. The tracer's entry stays
 one entry (no recompile, nothing counted against `config.cache_size_limit`); the graph's
 record says which sizes got code: "kernels specialised per size: generated for (8,16), (9,16)".
+
+A backend that can start from an aten graph (ours: `compile_bound`) gets one traced once with
+symbolic sizes and bound to each call's (compiler/aot/symbolic.py): a new size no longer runs
+make_fx, only the stages after it.
 """
 
 from __future__ import annotations
@@ -20,11 +24,16 @@ import torch
 import torch.fx
 
 from compiler import config
+from compiler.aot.symbolic import SymbolicAot, trace_symbolic
+from compiler.aot.trace import AotGraph, needs_autograd
 from compiler.backends.options import backend_options, current_options
 from compiler.records import CompilerWarning, compiling_graph, current_graph
+from compiler.support.lazy_graphs import graph_code, graph_module
 from compiler.tracer.shapes import SYM_TYPES, is_symbolic
 
 CompileStatic = Callable[[torch.fx.GraphModule, list], Callable]
+# (the graph specialised to a call's sizes, its aten graph bound to them, the tensor inputs)
+CompileBound = Callable[[torch.fx.GraphModule, AotGraph, list], Callable]
 
 
 def is_dynamic(gm: torch.fx.GraphModule) -> bool:
@@ -43,7 +52,9 @@ def _symbolic_tensor(node: torch.fx.Node) -> bool:
 
 class PerSize:
     """Calls `gm` (with its size inputs) through code compiled for each call's sizes by
-    `compile_static(specialised_gm, tensor_inputs)`; `what` names that code in the note."""
+    `compile_static(specialised_gm, tensor_inputs)`, or where given and the symbolic aten
+    graph binds to them, `compile_bound(specialised_gm, bound_aot, tensor_inputs)`; `what`
+    names that code in the note."""
 
     def __init__(
         self,
@@ -51,10 +62,15 @@ class PerSize:
         example_inputs: Sequence[Any],
         compile_static: CompileStatic,
         what: str = "kernels",
+        compile_bound: CompileBound | None = None,
     ) -> None:
         self.gm = gm
         self.compile_static = compile_static
         self.what = what
+        self.compile_bound = compile_bound
+        self.symbolic: SymbolicAot | None = None
+        self.traced = False  # the symbolic trace was tried (it runs once)
+        self.bound = 0  # sizes compiled from the symbolic aten graph
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.sizes = [i for i, n in enumerate(placeholders) if _is_size(n)]
         self.tensors = [i for i, n in enumerate(placeholders) if not _is_size(n)]
@@ -89,7 +105,12 @@ class PerSize:
         opts = self.options
         try:
             with record_ctx, backend_options(opts.mode, opts.options, opts.fullgraph):
-                fn = self.compile_static(gm, tensors)
+                aot = self._bind(args, gm, tensors)
+                if aot is not None:
+                    fn = self.compile_bound(gm, aot, tensors)
+                    self.bound += 1
+                else:
+                    fn = self.compile_static(gm, tensors)
         except Exception as e:
             if opts.fullgraph or config.strict():
                 raise
@@ -104,6 +125,38 @@ class PerSize:
         self.compiled[key] = fn
         self._note(args)
         return fn
+
+    def _bind(self, args: list, gm: torch.fx.GraphModule, tensors: list) -> AotGraph | None:
+        """The symbolic aten graph bound to `args`' sizes (traced at the first size that
+        can use it), or None: no compile_bound, a graph that needs autograd (its joint graph
+        is traced per size), a failed trace, or sizes outside its guards."""
+        if self.compile_bound is None or needs_autograd(gm, tensors):
+            return None
+        if not self.traced:
+            self.traced = True
+            self.symbolic = self._trace()
+        return self.symbolic.bind(args) if self.symbolic is not None else None
+
+    def _trace(self) -> SymbolicAot | None:
+        record = self.record
+        try:
+            with record.stage("aot") if record is not None else contextlib.nullcontext():
+                symbolic = trace_symbolic(self.gm)
+        except Exception as e:  # traced per size, as before (correct, so never raised)
+            why = f"{type(e).__name__}: {e}".strip()
+            self._add_note(f"aten graph traced per size: the symbolic trace failed ({why})")
+            return None
+        if symbolic is not None and record is not None:
+            record.aot_graphs["forward"] = graph_code(symbolic.aot.gm)
+            self._add_note(
+                "aten graph traced once with symbolic sizes; each new size binds it "
+                "(the stages from lowering on run for each new size)"
+            )
+        return symbolic
+
+    def _add_note(self, text: str) -> None:
+        if self.record is not None and text not in self.record.notes:
+            self.record.notes.append(text)
 
     def _note(self, args: list) -> None:
         if self.record is None:
@@ -144,4 +197,6 @@ def specialise(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.Gra
         copy = env[node] = graph.node_copy(node, lambda n: env[n])
         copy.meta.pop("example_value", None)
         copy.meta.pop("val", None)
-    return torch.fx.GraphModule(gm, graph, class_name="SpecialisedGraph")
+    # lazy: its Python code is made only where it runs (an eager fallback); compiled, it is
+    # traced or bound, never run (a few ms of each new size)
+    return graph_module(gm, graph, class_name="SpecialisedGraph")

@@ -92,6 +92,7 @@ class Tracer(Protocol):
     local_effects: int
     generators: list[IteratorVar]
     external_containers: dict[int, Var]
+    frame_objects: dict[str, Any]
     real_iterators: dict[int, IteratorVar]
 
     def resolve(self, v: Var) -> Var: ...

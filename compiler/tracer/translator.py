@@ -110,6 +110,9 @@ class Translator:
         # lists and dicts read from the frame, by identity (wrap.py)
         self.external_containers: dict[int, Var] = {}
         self.real_iterators: dict[int, IteratorVar] = {}  # iterators read from the frame
+        # plain objects read from the frame, by source: an attribute the trace writes to one
+        # is seen through another only while the two are the same object (wrap.py)
+        self.frame_objects: dict[str, Any] = {}
         self.break_at = break_at
         self.instructions_run = 0
         self.depth = 0

@@ -200,6 +200,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         if isinstance(value, torch.nn.Module):
             tx.builder.shapes.module_sources.add(source)
         return ObjVar(value, source)
+    tx.frame_objects[source] = value
     if _made_at_run_time(value):
         guards.type_of(source, value, line)
         pin = functools.partial(guards.identity, source, value, line)
@@ -299,6 +300,27 @@ def container_alias_guards(tx: Tracer) -> None:
                     f"{changed.source} and {other.source} are different objects",
                     None,
                 )
+
+
+def object_alias_guards(tx: Tracer) -> None:
+    """Guards that each object the trace wrote an attribute of is (or is not) each other
+    plain object it read, as at the trace: writes are kept by object (Tracer.attr_writes), so
+    what the trace read through another reference holds only while the two stay the same
+    object (or distinct). The written object itself is guarded by its type alone (a new
+    argument object per call reuses the entry)."""
+    written = {w.obj.source: w.obj.held for w in tx.attr_writes.values() if w.obj.source}
+    for source, obj in written.items():
+        for other, value in tx.frame_objects.items():
+            if other == source or type(value) is not type(obj):
+                continue
+            same = value is obj
+            tx.guards.add(
+                "ALIAS_MATCH",
+                source,
+                f"{source} {'is' if same else 'is not'} {other}",
+                f"{source} and {other} are {'the same object' if same else 'different objects'}",
+                None,
+            )
 
 
 def _plain_mapping(value: dict) -> bool:

@@ -128,9 +128,10 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
 
 
 def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
-    # by `value`: a write pins the object itself, as what the trace reads through another
-    # reference to it (or to another object) holds only while the two stay the same (or not)
-    if not isinstance(obj.value, torch.nn.Module):
+    # by `held`: the type is guarded, and a write replayed through the object's source needs
+    # no guard that it is the same object (a new argument object per call reuses the entry);
+    # whether it is another object the trace read is guarded (wrap.object_alias_guards)
+    if not isinstance(obj.held, torch.nn.Module):
         if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
             return None
         if objects.writable(obj, name):

@@ -667,7 +667,8 @@ def _build_entry(
     )
     start_grad = torch.is_grad_enabled()
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
-    rerun = tracer.covered and not _has_effects(gm)
+    # calls made before the graph (random draws) would be made twice by an eager rerun
+    rerun = tracer.covered and not _has_effects(gm) and not tracer.before_graph
     kw_names = end_frame.kw_names if result.kind == "break" else None
     end_autocast = {
         d: state for d, state in builder.autocast.items() if state != builder.autocast_at_start[d]

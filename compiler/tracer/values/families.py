@@ -18,6 +18,7 @@ from compiler.tracer.values import (  # noqa: F401
     modules,
     numbers,
     partials,
+    python_random,
     sets,
     stdlib_python,
     tensors,

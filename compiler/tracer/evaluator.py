@@ -45,7 +45,11 @@ from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import TraceResult, Translator
 from compiler.tracer.variables import LazyVar, TensorVar, tensor_vars
-from compiler.tracer.wrap import container_alias_guards, object_alias_guards
+from compiler.tracer.wrap import (
+    container_alias_guards,
+    key_alias_guards,
+    object_alias_guards,
+)
 
 
 @dataclass
@@ -606,6 +610,7 @@ def _build_entry(
         warnings.warn(msg, CompilerWarning, stacklevel=5)
     container_alias_guards(tracer)
     object_alias_guards(tracer)
+    key_alias_guards(tracer)
     guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}", L, frame.globals)
     fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":

@@ -113,6 +113,8 @@ class Translator:
         # plain objects read from the frame, by source: an attribute the trace writes to one
         # is seen through another only while the two are the same object (wrap.py)
         self.frame_objects: dict[str, Any] = {}
+        # tensor keys of dicts made before a graph break, graph inputs (wrap._object_key)
+        self.key_tensors: list[Var] = []
         self.break_at = break_at
         self.instructions_run = 0
         self.depth = 0

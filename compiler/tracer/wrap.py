@@ -29,6 +29,7 @@ from compiler.tracer.variables import (
     ListVar,
     ObjVar,
     SetVar,
+    TensorVar,
     TupleVar,
     Var,
 )
@@ -218,8 +219,14 @@ def _object_key(tx: Tracer, key: Any, source: str) -> IdentityKey:
     if source.startswith("list(L[") and tx.resumed:
         # a local dict after a graph break is made anew on every call, its keys with it:
         # guarded by identity, it would recompile on every call (an argument is guarded so,
-        # as torch.compile guards it)
-        raise Break("a dict keyed by tensors or other objects, made before a graph break")
+        # as torch.compile guards it). A tensor key is a graph input instead, the same one
+        # as each input it is (or a distinct one, as each it is not: key_alias_guards)
+        if type(key) in (torch.Tensor, torch.nn.Parameter):
+            var = wrap(tx, key, source)
+            tx.key_tensors.append(var)
+            return IdentityKey(var, var.fake)
+        if _made_at_run_time(key):
+            raise Break("a dict keyed by objects made before a graph break")
     tx.guards.identity(source, key, tx.builder.line)
     var = wrap(tx, key, source)
     identity = ops_of(var).identity
@@ -321,6 +328,22 @@ def object_alias_guards(tx: Tracer) -> None:
                 f"{source} and {other} are {'the same object' if same else 'different objects'}",
                 None,
             )
+
+
+def key_alias_guards(tx: Tracer) -> None:
+    """Guards that each tensor key of a dict made before a graph break is none of the other
+    tensor inputs it was not at the trace: lookups in the trace compare keys by identity, and
+    the next call's new keys are not pinned (the same ones are guarded by add_input)."""
+    for key in tx.key_tensors:
+        for other in tx.builder.inputs:
+            if isinstance(other, TensorVar) and other is not key:
+                tx.guards.add(
+                    "ALIAS_MATCH",
+                    key.source,
+                    f"{key.source} is not {other.source}",
+                    f"{key.source} and {other.source} are different tensors",
+                    None,
+                )
 
 
 def _plain_mapping(value: dict) -> bool:

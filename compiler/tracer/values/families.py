@@ -11,6 +11,7 @@ from compiler.tracer.values import (  # noqa: F401
     dataclass_calls,
     deques,
     functions,
+    grad_decorators,
     iterators,
     itertools,
     library_calls,

@@ -57,6 +57,44 @@ def defaultdict_factory_not_callable(x):
     return collections.defaultdict(3)
 
 
+@case(T(3), graphs=1, breaks=0)
+def defaultdict_fromkeys(x):
+    # a classmethod of defaultdict: no default_factory, so a missing key raises KeyError
+    d = collections.defaultdict.fromkeys("ab", "b")
+    d["a"] = 1
+    d.setdefault("c", 10)
+    try:
+        d["missing"]
+    except KeyError:
+        x = x - 1
+    return x + d["c"] + d["a"], d, d.default_factory
+
+
+# ---- torch.Size, slices and tensor predicates (containers.py, tensors.py) ----------------------
+
+
+@case(T(3), graphs=1, breaks=0)
+def size_methods_keep_the_size_type(x):
+    # torch.Size's +, * and slices give a torch.Size (they gave a plain tuple)
+    s = torch.Size([2, 3])
+    grown = s + (4,)
+    return (
+        x + s.numel(), grown.numel(), grown, s * 2, s[1:], (1, x.shape[0]) + s, x.shape.numel(),
+    )  # fmt: skip
+
+
+@case(T(4), graphs=1, breaks=0)
+def slice_attributes(x):
+    s = slice(1, 3)
+    return x[s], s.start, s.stop, s.step, x[slice(None, None, 2)]
+
+
+@case(T(3), graphs=1, breaks=0)
+def tensor_predicates_as_methods(x):
+    y = x + 1
+    return y * 2, y.is_complex(), torch.is_complex(y), y.is_floating_point(), y.is_signed()
+
+
 # ---- id() ---------------------------------------------------------------------------------------
 
 LINEAR = torch.nn.Linear(3, 3)

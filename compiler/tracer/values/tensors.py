@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # Tensor attributes that are metadata: constants, since the tensor's guards pin them.
 TENSOR_META = {
     "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_leaf", "layout",
-    "is_sparse", "is_quantized", "is_meta", "is_mkldnn", "is_complex", "is_nested", "itemsize",
+    "is_sparse", "is_quantized", "is_meta", "is_mkldnn", "is_nested", "itemsize",
 }  # fmt: skip
 TENSOR_VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 

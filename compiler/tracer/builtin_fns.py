@@ -220,7 +220,11 @@ def _len(tx: Tracer, v: Var) -> Var:
 def _python_type(v: Var) -> type:
     if isinstance(v, TensorVar):
         return torch.nn.Parameter if v.source and _is_parameter(v) else torch.Tensor
-    if isinstance(v, (ConstVar, ObjVar)):
+    if isinstance(v, ObjVar):
+        # by `held`: an object's type is guarded, so its class does not pin the object itself
+        # (a run-time object passed in anew per call, ObjVar.identity)
+        return python_type(v.held)
+    if isinstance(v, ConstVar):
         return python_type(v.value)
     if isinstance(v, ListVar):
         return v.cls
@@ -629,8 +633,8 @@ def _slice(tx, args, kwargs):
 
 def _class_of(v: Var) -> type:
     """The class a dataclasses helper reads: `v` itself when it is a class."""
-    if isinstance(v, ObjVar) and isinstance(v.value, type):
-        return v.value
+    if isinstance(v, ObjVar) and isinstance(v.held, type):
+        return v.value  # a class: pinned by identity
     return _python_type(v)
 
 

@@ -8,6 +8,7 @@ an instance could shadow) is still guarded."""
 from __future__ import annotations
 
 from collections import OrderedDict
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -151,6 +152,12 @@ def writes_an_attribute(p):
     return p.total()
 
 
+def reads_its_class(p):
+    # type(), dataclasses.fields / is_dataclass read the class, which the type guard pins
+    names = [f.name for f in dataclasses.fields(p)]
+    return p.x * len(names) + (type(p) is Point) + dataclasses.is_dataclass(p), names
+
+
 class _Holder:
     def __init__(self):
         self.scale = 1.0
@@ -159,7 +166,7 @@ class _Holder:
 def test_a_new_argument_object_per_call_reuses_the_entry():
     # calling a method of the object, or writing one of its attributes (replayed through its
     # source), pinned the object itself: a recompile on every call until the cache limit
-    for fn in (calls_a_method, writes_an_attribute):
+    for fn in (calls_a_method, writes_an_attribute, reads_its_class):
         compiler.reset()
         compiled = compiler.compile(fn, backend=RecordingBackend())
         for _ in range(4):

@@ -7,8 +7,8 @@ an instance could shadow) is still guarded."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch

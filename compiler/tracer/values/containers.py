@@ -16,9 +16,8 @@ from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.lookups import python_method
 from compiler.tracer.values.numbers import SIMPLE_LITERALS
-from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, ops_of
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, class_method, ops_of
 from compiler.tracer.variables import (
-    AttrCallVar,
     ConstVar,
     DictVar,
     ExceptionVar,
@@ -259,7 +258,7 @@ def _tuple_attr(tx: Tracer, t: TupleVar, name: str) -> Var:
     fields = tuple_fields(t.cls)
     if name in fields:
         return t.items[fields.index(name)]
-    return AttrCallVar(t, name)
+    return class_method(t, t.cls, name)
 
 
 def _list_rebuild(em: Emitter, lst: ListVar) -> str:
@@ -291,7 +290,7 @@ def _list_iter(tx: Tracer, lst: ListVar) -> Var:
 
 
 VALUE_OPS[ListVar] = ValueOps(
-    attr=lambda tx, lst, name: AttrCallVar(lst, name),
+    attr=lambda tx, lst, name: class_method(lst, lst.cls, name),
     methods=LIST_METHODS,
     method=_list_method,
     getitem=_sequence_getitem,
@@ -504,7 +503,7 @@ def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
         method = python_method(d.cls, name)  # a dict subclass's own method
         if method is not None:
             return MethodVar(FunctionVar(fn=method), d)
-    return AttrCallVar(d, name)
+    return class_method(d, d.cls, name)
 
 
 def _dict_getitem(tx: Tracer, d: DictVar, index: Var) -> Var:

@@ -91,10 +91,20 @@ def _is_inference(tx: Tracer, t: TensorVar) -> Var:
 def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if name == "is_inference" and not args and not kwargs:
         return _is_inference(tx, t)
+    if name == "requires_grad_" and _requires_grad_unchanged(t, args, kwargs):
+        return t  # `.detach().requires_grad_(False)`: no change to autograd state
     reason = _BREAK_TENSOR_METHODS.get(name)
     if reason:
         raise Break(reason, tensor_method_kind(name))
     return tx.builder.call("call_method", name, [t, *args], kwargs)
+
+
+def _requires_grad_unchanged(t: TensorVar, args: list[Var], kwargs: dict[str, Var]) -> bool:
+    values = [*args, *kwargs.values()]
+    if len(values) > 1 or (kwargs and "requires_grad" not in kwargs):
+        return False
+    wanted = values[0] if values else ConstVar(True)
+    return isinstance(wanted, ConstVar) and wanted.value is t.fake.requires_grad
 
 
 def _operators(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:

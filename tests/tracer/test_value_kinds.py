@@ -90,6 +90,43 @@ def slice_attributes(x):
 
 
 @case(T(3), graphs=1, breaks=0)
+def containers_lack_what_their_class_lacks(x):
+    # `t.zzz` on a list, tuple, dict or set built in the trace raises AttributeError, as
+    # eager: hasattr() answered True and the except branch was skipped (a wrong result)
+    t, lst, d, s = (1, x), [x], {"a": x}, {1}
+    try:
+        lst.zzz
+    except AttributeError as e:
+        x = x - 1
+        message = str(e)
+    return (
+        x, message, hasattr(t, "_fields"), hasattr(t, "count"), hasattr(t, "zzz"),
+        hasattr(d, "keys"), hasattr(d, "nope"), hasattr(s, "add"), hasattr(s, "nope"),
+    )  # fmt: skip
+
+
+@case(T(3, grad=True), graphs=1, breaks=0)
+def requires_grad_that_changes_nothing(x):
+    y = x.detach().requires_grad_(False) * 2
+    return y, x.clone().requires_grad_(True).requires_grad, y.requires_grad_(requires_grad=False)
+
+
+@dataclasses.dataclass
+class _Output:
+    logits: torch.Tensor
+    extra: object = None
+
+
+@case(T(3), graphs=1, breaks=0)
+def dataclass_asdict_and_astuple(x):
+    # the library's own Python, traced: fields, lists, tuples and dicts recursed into, the
+    # rest deep-copied (a tensor cloned); it broke the graph
+    o = _Output(x * 2, [x, (1, "a"), {"k": x + 1}])
+    d = dataclasses.asdict(o)
+    return d, dataclasses.astuple(o), d["extra"][0] is x, dataclasses.asdict(_Output(x, (1, 2)))
+
+
+@case(T(3), graphs=1, breaks=0)
 def tensor_predicates_as_methods(x):
     y = x + 1
     return y * 2, y.is_complex(), torch.is_complex(y), y.is_floating_point(), y.is_signed()

@@ -95,7 +95,7 @@ def containers_lack_what_their_class_lacks(x):
     # eager: hasattr() answered True and the except branch was skipped (a wrong result)
     t, lst, d, s = (1, x), [x], {"a": x}, {1}
     try:
-        lst.zzz
+        _ = lst.zzz
     except AttributeError as e:
         x = x - 1
         message = str(e)

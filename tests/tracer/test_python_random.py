@@ -102,3 +102,50 @@ def test_a_draw_the_eager_call_raises_on_is_raised():
         bad(torch.ones(2))
     with pytest.raises(ValueError):
         compiled(torch.ones(2))
+
+
+# ---- random.Random(seed) made in the function (values/random_instances.py) ---------------------
+
+
+def seeded_instance(x):
+    r = random.Random(0)
+    a, b = r.random(), r.randint(1, 9)
+    picked = r.choice([x, x * 2, x * 3])
+    return x * a + b + picked, r.gauss(0.0, 1.0)
+
+
+def seeded_instance_returned(x):
+    r = random.Random("seed")
+    return x * r.uniform(0.0, 2.0), r
+
+
+def test_a_seeded_instance_made_in_the_function_is_one_graph():
+    # its numbers are constants of the entry (the seed is): it broke the graph three times
+    compiler.reset()
+    backend = RecordingBackend()
+    compiled = compiler.compile(seeded_instance, backend=backend)
+    state = random.getstate()
+    for _ in range(3):
+        x = torch.randn(4)
+        assert_same(seeded_instance(x), compiled(x))
+    assert random.getstate() == state  # the global state is untouched, as in eager
+    assert backend.count == 1
+    explained = compiler.explain(seeded_instance)(torch.randn(4))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+def test_a_seeded_instance_that_outlives_the_call_has_eager_state():
+    x = torch.randn(3)
+    expected, eager_r = seeded_instance_returned(x)
+    actual, compiled_r = compiler.compile(seeded_instance_returned)(x)
+    assert_same(expected, actual)
+    assert type(compiled_r) is random.Random
+    assert [compiled_r.random() for _ in range(3)] == [eager_r.random() for _ in range(3)]
+
+
+def test_an_instance_seeded_from_the_clock_runs_in_python():
+    def fn(x):
+        return x * random.Random().random()
+
+    explained = compiler.explain(fn)(torch.randn(2))
+    assert explained.graph_break_count >= 1

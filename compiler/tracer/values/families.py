@@ -20,6 +20,7 @@ from compiler.tracer.values import (  # noqa: F401
     numbers,
     partials,
     python_random,
+    random_instances,
     sets,
     stdlib_python,
     tensors,

@@ -25,5 +25,6 @@ from compiler.tracer.values import (  # noqa: F401
     stdlib_python,
     tensors,
     torch_functions,
+    torch_generators,
     user_objects,
 )

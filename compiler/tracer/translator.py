@@ -376,7 +376,9 @@ class Translator:
         result = self._run_child(child)
         if child.yields is None:
             return result
-        return generators.run_finished(self, child.code.name, before, inputs, child.yields)
+        return generators.run_finished(
+            self, child.code.name, before, inputs, child.yields, result
+        )
 
     def start_frame(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> SymFrame:
         """The frame of an inlined call of `fn`, its arguments bound, not yet run."""

@@ -126,6 +126,23 @@ def dataclass_asdict_and_astuple(x):
     return d, dataclasses.astuple(o), d["extra"][0] is x, dataclasses.asdict(_Output(x, (1, 2)))
 
 
+@case(T(3), T(3), graphs=1, breaks=0)
+def tensor_type_names_and_conversions(a, b):
+    # Tensor.type() is its legacy type's name; .type(name, legacy type or dtype) converts
+    half = a.to(torch.float16)
+    return (
+        b.type(half.type()), a.type(torch.HalfTensor), a.type("torch.DoubleTensor"), a.type(),
+        a.type(torch.float64),
+    )  # fmt: skip
+
+
+@case(T(3), graphs=1, breaks=0)
+def backend_flags_are_read_and_guarded(x):
+    if torch.backends.cuda.matmul.allow_tf32:
+        return x.sin()
+    return x.cos() + torch.backends.cudnn.allow_tf32 + torch.backends.cudnn.deterministic
+
+
 @case(T(3), graphs=1, breaks=0)
 def tensor_predicates_as_methods(x):
     y = x + 1
@@ -293,3 +310,18 @@ def test_defaultdict_argument_changed_in_place():
     record = compiler.inspect(compiled)
     assert len(record.graphs) == 1
     assert all(e.graph_break is None for e in record.entries)
+
+
+def test_a_backend_flag_changed_between_calls_is_seen():
+    def fn(x):
+        return x.sin() if torch.backends.cuda.matmul.allow_tf32 else x.cos()
+
+    compiled = compiler.compile(fn)
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for flag in (False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = flag
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -71,6 +71,15 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
         if isinstance(attr, types.FunctionType):
             return FunctionVar(fn=attr)
         return objects.attr_value(tx, getattr(value, name), obj.source, name)
+    if obj.source is not None and type(value).__module__.startswith("torch.backends."):
+        # a backend flag (torch.backends.cuda.matmul.allow_tf32): its getter reads torch's
+        # global state, so it is read now and guarded, as the trace depends on its value
+        try:
+            found = getattr(value, name)
+        except AttributeError:
+            found = _MISSING
+        if isinstance(found, (bool, int, float, str, type(None))):
+            return wrap(tx, found, f"{obj.source}.{name}")
     # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
     # is inlined), then __getattr__ where that raised AttributeError.
     getattribute = python_method(type(value), "__getattribute__")

@@ -143,6 +143,20 @@ def backend_flags_are_read_and_guarded(x):
     return x.cos() + torch.backends.cudnn.allow_tf32 + torch.backends.cudnn.deterministic
 
 
+_Pair = collections.namedtuple("_Pair", "a b")
+
+
+@case(T(3), graphs=1, breaks=0)
+def namedtuple_make(x):
+    p = _Pair._make([x, 2])
+    q = _Pair._make(iter((x * 2, 3)))
+    try:
+        _Pair._make([1])
+    except TypeError as e:
+        message = str(e)
+    return p.a + q.a * p.b, q, message
+
+
 @case(T(3), graphs=1, breaks=0)
 def tensor_predicates_as_methods(x):
     y = x + 1

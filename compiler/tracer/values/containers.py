@@ -235,6 +235,20 @@ def _namedtuple_replace(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[s
     return TupleVar(items, cls=t.cls)
 
 
+def _namedtuple_make(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`Point._make(iterable)`, the classmethod every namedtuple class has (one code object):
+    its class made from the items, TypeError for the wrong number of them."""
+    cls_var, rest = (args[0], args[1:]) if args else (None, [])
+    cls = getattr(cls_var, "value", None)
+    if kwargs or len(rest) != 1 or not isinstance(cls, type) or tuple_kind(cls) != "namedtuple":
+        raise Break("namedtuple _make() with these arguments runs in Python")
+    items = operations.unpack_iterable(tx, rest[0])
+    if len(items) != len(cls._fields):
+        message = ConstVar(f"Expected {len(cls._fields)} arguments, got {len(items)}")
+        raise Raised(ExceptionVar(TypeError, [message]))
+    return TupleVar(list(items), cls=cls)
+
+
 def _namedtuple_asdict(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if args or kwargs or tuple_kind(t.cls) != "namedtuple":
         raise Break("_asdict() of this tuple")
@@ -662,6 +676,7 @@ def _fromkeys(cls: type) -> Callable[[Tracer, list[Var], dict[str, Var]], Var]:
 
 
 builtin_fns.SPECIAL[collections.defaultdict] = _defaultdict
+calls.CALL_BY_CODE[collections.namedtuple("_Any", "a")._make.__func__.__code__] = _namedtuple_make
 for _cls in (dict, collections.OrderedDict, collections.defaultdict):
     builtin_fns.SPECIAL[_cls.fromkeys] = _fromkeys(_cls)
 

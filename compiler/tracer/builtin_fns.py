@@ -17,9 +17,11 @@ from compiler.tracer import calls, generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
 from compiler.tracer.operations import (
+    as_dict,
     binary,
     delete_attr,
     get_iter,
+    has_keys,
     load_attr,
     store_attr,
     truth,
@@ -363,6 +365,8 @@ def _dict(tx, args, kwargs):
         src = args[0]
         if isinstance(src, DictVar):
             items.update(src.items)
+        elif has_keys(src):  # another mapping: its keys() and items, as dict() reads them
+            items.update(as_dict(tx, src).items)
         else:
             for pair in unpack_iterable(tx, src):
                 k, v = unpack_iterable(tx, pair)

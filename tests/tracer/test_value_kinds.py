@@ -339,3 +339,63 @@ def test_a_backend_flag_changed_between_calls_is_seen():
             torch.testing.assert_close(compiled(x), fn(x))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+class _TensorDict(collections.abc.MutableMapping):
+    def __init__(self):
+        self._d = {}
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def __setitem__(self, k, v):
+        self._d[k] = v
+
+    def __delitem__(self, k):
+        del self._d[k]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+
+class _OwnKeys:
+    def keys(self):
+        return ["a", "b"]
+
+    def __getitem__(self, k):
+        return 3 if k == "a" else 4
+
+
+class _NotAMapping:
+    pass
+
+
+def _scaled(x, a=1, b=0):
+    return x * a + b
+
+
+_GLOBAL_TENSOR_DICT = _TensorDict()
+_GLOBAL_TENSOR_DICT["a"] = torch.ones(3) * 2
+
+
+def unpacks_user_mappings(x):
+    # `**m` and dict(m) of a user's mapping read its keys() and items (the one made in the
+    # trace gave its attributes as keywords: `_d=...`, a TypeError eager does not raise)
+    m = _TensorDict()
+    m["a"], m["b"] = x, 2
+    return (
+        _scaled(x, **m), dict(m), _scaled(x, **_GLOBAL_TENSOR_DICT), _scaled(x, **_OwnKeys()),
+        dict(_GLOBAL_TENSOR_DICT)["a"] + 1,
+    )  # fmt: skip
+
+
+def unpacks_what_is_not_a_mapping(x):
+    return _scaled(x, **_NotAMapping())
+
+
+def test_user_mappings_unpacked_as_eager():
+    check(unpacks_user_mappings, T(3), graphs=(1, 2), breaks=0)
+    check(unpacks_what_is_not_a_mapping, T(3))  # eager's TypeError

@@ -149,3 +149,9 @@ def test_an_instance_seeded_from_the_clock_runs_in_python():
 
     explained = compiler.explain(fn)(torch.randn(2))
     assert explained.graph_break_count >= 1
+
+
+def test_export_refuses_a_function_that_draws_from_python_random():
+    # the draws are made before the graph, which an exported graph would not make
+    with pytest.raises(compiler.Unsupported, match="random"):
+        compiler.export(scales, torch.randn(4))

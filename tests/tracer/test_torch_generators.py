@@ -3,6 +3,7 @@ real just before the graph with the same seed and draws, the tensors drawn are g
 inputs, so every call gives eager's numbers and a generator that outlives the call is in
 eager's state. It broke the graph four times."""
 
+import pytest
 import torch
 
 import compiler
@@ -59,3 +60,8 @@ def test_the_global_generator_still_draws_as_before():
     compiled = compiler.compile(fn)
     x = torch.randn(4)
     assert_same(fn(x), compiled(x))
+
+
+def test_export_refuses_a_function_that_makes_its_own_generator():
+    with pytest.raises(compiler.Unsupported, match="torch.Generator"):
+        compiler.export(returns_its_generator, torch.randn(4))

@@ -74,7 +74,7 @@ def _draws(tx: Tracer) -> _Draws:
         found = _Draws()
         found.replay.setstate(random.getstate())
         tx.guards.namespace[_NAMESPACE_NAME] = found
-        tx.before_graph.append(DeferredCall(found.draw, (), {}, "Python's random calls"))
+        tx.before_graph.append(DeferredCall(found.draw, (), {}, "each random.* call"))
     return found
 
 

@@ -69,7 +69,8 @@ def _program(tx: Tracer) -> _Program:
     if found is None:
         found = _Program()
         tx.guards.namespace[_NAMESPACE_NAME] = found
-        tx.before_graph.append(DeferredCall(found.run, (), {}, "the function's torch.Generator calls"))
+        what = "each call of the function's own torch.Generator"
+        tx.before_graph.append(DeferredCall(found.run, (), {}, what))
     return found
 
 

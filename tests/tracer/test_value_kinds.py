@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from typing import Optional
 
 import pytest
@@ -155,6 +156,15 @@ def namedtuple_make(x):
     except TypeError as e:
         message = str(e)
     return p.a + q.a * p.b, q, message
+
+
+@case(T(3), graphs=1, breaks=0)
+def tensor_methods_read_from_the_class(x):
+    # `torch.Tensor.add(x, 3)` is x.add(3): each broke the graph ("call to TensorBase.add")
+    return (
+        torch.Tensor.add(x, 3), torch.Tensor.sum(x), torch.Tensor.__add__(x, 1),
+        functools.partial(torch.Tensor.add, other=3)(x), list(map(torch.Tensor.relu, [x, x])),
+    )  # fmt: skip
 
 
 @case(T(3), graphs=1, breaks=0)

@@ -207,10 +207,20 @@ def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var])
     call_attr = inspect.getattr_static(type(value), "__call__", None)
     if isinstance(call_attr, types.FunctionType):
         return calls.call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
+    if _tensor_method_descriptor(value) and args and isinstance(args[0], TensorVar):
+        # `torch.Tensor.add(x, 3)`, `map(torch.Tensor.relu, xs)`: the method called on x
+        return calls.call_method(tx, args[0], value.__name__, list(args[1:]), kwargs)
     raise Break(
         f"call to {describe(fn)} runs in Python (it is not a torch op or Python code)",
         call_kind(value),
     )
+
+
+def _tensor_method_descriptor(value: object) -> bool:
+    """A method of torch.Tensor's C base read from the class (unbound)."""
+    return isinstance(
+        value, (types.MethodDescriptorType, types.WrapperDescriptorType)
+    ) and value.__objclass__ in (torch._C.TensorBase, torch.Tensor)
 
 
 def _method(tx: Tracer, obj: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:

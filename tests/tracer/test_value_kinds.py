@@ -407,5 +407,5 @@ def unpacks_what_is_not_a_mapping(x):
 
 
 def test_user_mappings_unpacked_as_eager():
-    check(unpacks_user_mappings, T(3), graphs=(1, 2), breaks=0)
+    check(unpacks_user_mappings, T(3), graphs=1, breaks=0)
     check(unpacks_what_is_not_a_mapping, T(3))  # eager's TypeError

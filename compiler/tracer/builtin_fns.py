@@ -17,9 +17,11 @@ from compiler.tracer import calls, generators, objects
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import materialize, raise_python
 from compiler.tracer.operations import (
+    as_dict,
     binary,
     delete_attr,
     get_iter,
+    has_keys,
     load_attr,
     store_attr,
     truth,
@@ -220,7 +222,11 @@ def _len(tx: Tracer, v: Var) -> Var:
 def _python_type(v: Var) -> type:
     if isinstance(v, TensorVar):
         return torch.nn.Parameter if v.source and _is_parameter(v) else torch.Tensor
-    if isinstance(v, (ConstVar, ObjVar)):
+    if isinstance(v, ObjVar):
+        # by `held`: an object's type is guarded, so its class does not pin the object itself
+        # (a run-time object passed in anew per call, ObjVar.identity)
+        return python_type(v.held)
+    if isinstance(v, ConstVar):
         return python_type(v.value)
     if isinstance(v, ListVar):
         return v.cls
@@ -359,6 +365,8 @@ def _dict(tx, args, kwargs):
         src = args[0]
         if isinstance(src, DictVar):
             items.update(src.items)
+        elif has_keys(src):  # another mapping: its keys() and items, as dict() reads them
+            items.update(as_dict(tx, src).items)
         else:
             for pair in unpack_iterable(tx, src):
                 k, v = unpack_iterable(tx, pair)
@@ -629,8 +637,8 @@ def _slice(tx, args, kwargs):
 
 def _class_of(v: Var) -> type:
     """The class a dataclasses helper reads: `v` itself when it is a class."""
-    if isinstance(v, ObjVar) and isinstance(v.value, type):
-        return v.value
+    if isinstance(v, ObjVar) and isinstance(v.held, type):
+        return v.value  # a class: pinned by identity
     return _python_type(v)
 
 

@@ -92,6 +92,8 @@ class Tracer(Protocol):
     local_effects: int
     generators: list[IteratorVar]
     external_containers: dict[int, Var]
+    frame_objects: dict[str, Any]
+    key_tensors: list[Var]
     real_iterators: dict[int, IteratorVar]
 
     def resolve(self, v: Var) -> Var: ...

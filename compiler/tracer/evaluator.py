@@ -45,7 +45,11 @@ from compiler.tracer.reconstruct import compile_fetch, compile_rebuild
 from compiler.tracer.shapes import DynamicPolicy
 from compiler.tracer.translator import TraceResult, Translator
 from compiler.tracer.variables import LazyVar, TensorVar, tensor_vars
-from compiler.tracer.wrap import container_alias_guards
+from compiler.tracer.wrap import (
+    container_alias_guards,
+    key_alias_guards,
+    object_alias_guards,
+)
 
 
 @dataclass
@@ -605,6 +609,8 @@ def _build_entry(
     for msg in builder.shapes.finish(tracer.guards):
         warnings.warn(msg, CompilerWarning, stacklevel=5)
     container_alias_guards(tracer)
+    object_alias_guards(tracer)
+    key_alias_guards(tracer)
     guards = compile_guards(tracer.guards, f"guard_{_identifier(name)}", L, frame.globals)
     fetch, _ = compile_fetch([t.source for t in builder.inputs], guards.namespace, guards)
     if result.kind == "return":
@@ -666,7 +672,8 @@ def _build_entry(
     )
     start_grad = torch.is_grad_enabled()
     end_grad = builder.grad_enabled if builder.grad_enabled != start_grad else None
-    rerun = tracer.covered and not _has_effects(gm)
+    # calls made before the graph (random draws) would be made twice by an eager rerun
+    rerun = tracer.covered and not _has_effects(gm) and not tracer.before_graph
     kw_names = end_frame.kw_names if result.kind == "break" else None
     end_autocast = {
         d: state for d, state in builder.autocast.items() if state != builder.autocast_at_start[d]

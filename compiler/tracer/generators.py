@@ -57,6 +57,7 @@ class Inlined:
     # the lists and dicts built in the trace that it could read, with their versions then
     watched: list[tuple[Var, int]] = field(default_factory=list)
     generator: bool = False  # a generator object (not a map or filter run ahead)
+    returned: Var | None = None  # what the generator returned (`yield from`'s value)
 
 
 def run_started(tx: Tracer) -> tuple[int, int]:
@@ -65,13 +66,19 @@ def run_started(tx: Tracer) -> tuple[int, int]:
 
 
 def run_finished(
-    tx: Tracer, name: str, before: tuple[int, int], inputs: list[Var], yields: list[Var]
+    tx: Tracer,
+    name: str,
+    before: tuple[int, int],
+    inputs: list[Var],
+    yields: list[Var],
+    returned: Var | None = None,
 ) -> IteratorVar:
     """The iterator over what an inlined generator yielded; a Restart at the instruction that
     made it when its run changed any state (`inputs`: its arguments and closure cells)."""
     why = f"generator {name}() changes state as it runs; it runs in Python, step by step "
     inlined = _unchanged(tx, name, before, inputs, why + "with its consumer")
     inlined.generator = True
+    inlined.returned = returned
     it = IteratorVar(yields)
     it.generator = inlined
     tx.generators.append(it)

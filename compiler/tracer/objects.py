@@ -343,13 +343,13 @@ def writable(obj: ObjVar, name: str) -> bool:
     """A real object whose attribute `name` object.__setattr__ may write in the trace: an
     instance with a __dict__, read from a source, no descriptor of its class for the name,
     and no __setattr__ / __delattr__ written in C (those written in Python are inlined)."""
-    cls = type(obj.value)
-    if obj.source is None or isinstance(obj.value, (type, types.ModuleType, torch.nn.Module)):
+    cls = type(obj.held)
+    if obj.source is None or isinstance(obj.held, (type, types.ModuleType, torch.nn.Module)):
         return False
     for slot in ("__setattr__", "__delattr__"):
         if getattr(cls, slot) is not getattr(object, slot) and python_method(cls, slot) is None:
             return False
-    if not isinstance(getattr(obj.value, "__dict__", None), dict):
+    if not isinstance(getattr(obj.held, "__dict__", None), dict):
         return False
     return not hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
 

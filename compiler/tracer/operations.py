@@ -5,11 +5,14 @@ compiler/tracer/values/ register what it does; what no kind handles breaks the g
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from compiler.tracer import objects
 from compiler.tracer.breaks import Break
+from compiler.tracer.calls import call
 from compiler.tracer.exceptions import raise_python
+from compiler.tracer.lookups import MISSING, lookup
 from compiler.tracer.values.table import describe, ops_of
 from compiler.tracer.variables import (
     ConstVar,
@@ -158,11 +161,27 @@ def as_python_constant_or_none(v: Var) -> Any:
         raise Break(f"{describe(v)} where a constant is needed") from None
 
 
+def has_keys(v: Var) -> bool:
+    """`v` is a mapping to dict() and `**`: its class has a keys() method."""
+    cls = objects.class_of(v)
+    return cls is not None and lookup(cls, "keys") is not MISSING
+
+
 def as_dict(tx: Tracer, v: Var) -> DictVar:
     if isinstance(v, DictVar):
         return v
-    if isinstance(v, NewObjectVar):
-        return DictVar(dict(v.fields))
+    if isinstance(v, NewObjectVar) and v.items is not None and lookup(v.cls, "keys") is dict.keys:
+        return v.items  # a dict subclass built in the trace: its own mapping
+    cls = objects.class_of(v)
+    keys_fn = lookup(cls, "keys") if cls is not None else MISSING
+    if keys_fn is not MISSING:
+        # another mapping (a user's MutableMapping): what `**m` and dict(m) read of it, its
+        # keys() and then each item, in that order; Mapping's own keys() is a view that
+        # iterates the mapping itself
+        keys = unpack_iterable(
+            tx, v if keys_fn is Mapping.keys else call(tx, load_attr(tx, v, "keys"), [], {})
+        )
+        return DictVar({dict_key(k): getitem(tx, v, k) for k in keys})
     raise Break(f"{describe(v)} used as a mapping")
 
 

@@ -324,6 +324,9 @@ class Shapes:
         # the sources of the nn.Modules the trace read: what is read from them is module state
         self.module_sources: set[str] = set()
         self._nodes: dict[sympy.Expr, tuple[Any, Any]] = {}
+        # symbols of numbers drawn from Python's random module while the entry runs
+        # (values/python_random.py): known only after the guards, so none may depend on them
+        self.drawn: set[sympy.Symbol] = set()
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -408,6 +411,21 @@ class Shapes:
             return None
         return self._scalar_input(sym, value, source, "float", why, line)
 
+    def drawn_input(self, value: int | float, source: str, line: SourceLine | None) -> Any:
+        """A symbolic int or float for a number the entry draws before its graph runs (read
+        from `source` then): never specialised, as it changes on every call."""
+        expr = self.env.create_symbol(
+            value, _Source(source), DimDynamic.DYNAMIC, positive=None,
+            do_not_specialize_zero_one=True,
+        )  # fmt: skip
+        if isinstance(value, int):
+            sym = self.env.create_symintnode(expr, hint=value, source=_Source(source))
+        else:
+            sym = self.env.create_symfloatnode(expr, hint=value, source=_Source(source))
+        self._symbol(sym, source, source, type(value).__name__, line)
+        self.drawn.add(expr)
+        return sym
+
     def _scalar_input(
         self, sym: Any, value: Any, source: str, kind: str, why: str, line: SourceLine | None
     ) -> Any:
@@ -474,6 +492,11 @@ class Shapes:
     def note_guards(self, count_before: int, line: SourceLine | None) -> None:
         """The conditions recorded since `count_before` came from user line `line`."""
         for i in range(count_before, len(self.env.guards)):
+            if self.env.guards[i].expr.free_symbols & self.drawn:
+                raise Break(
+                    "a number drawn from Python's random module decides what the trace does: "
+                    "it is drawn when the entry runs, after its guards"
+                )
             self.guard_lines.setdefault(i, line)
 
     def finish(self, guards: GuardSet) -> list[str]:

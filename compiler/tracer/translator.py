@@ -110,6 +110,11 @@ class Translator:
         # lists and dicts read from the frame, by identity (wrap.py)
         self.external_containers: dict[int, Var] = {}
         self.real_iterators: dict[int, IteratorVar] = {}  # iterators read from the frame
+        # plain objects read from the frame, by source: an attribute the trace writes to one
+        # is seen through another only while the two are the same object (wrap.py)
+        self.frame_objects: dict[str, Any] = {}
+        # tensor keys of dicts made before a graph break, graph inputs (wrap._object_key)
+        self.key_tensors: list[Var] = []
         self.break_at = break_at
         self.instructions_run = 0
         self.depth = 0
@@ -371,7 +376,9 @@ class Translator:
         result = self._run_child(child)
         if child.yields is None:
             return result
-        return generators.run_finished(self, child.code.name, before, inputs, child.yields)
+        return generators.run_finished(
+            self, child.code.name, before, inputs, child.yields, result
+        )
 
     def start_frame(self, fn: FunctionVar, args: list[Var], kwargs: dict[str, Var]) -> SymFrame:
         """The frame of an inlined call of `fn`, its arguments bound, not yet run."""

@@ -29,6 +29,7 @@ from compiler.tracer.variables import (
     ListVar,
     ObjVar,
     SetVar,
+    TensorVar,
     TupleVar,
     Var,
 )
@@ -200,6 +201,7 @@ def wrap(tx: Tracer, value: Any, source: str) -> Var:
         if isinstance(value, torch.nn.Module):
             tx.builder.shapes.module_sources.add(source)
         return ObjVar(value, source)
+    tx.frame_objects[source] = value
     if _made_at_run_time(value):
         guards.type_of(source, value, line)
         pin = functools.partial(guards.identity, source, value, line)
@@ -217,8 +219,14 @@ def _object_key(tx: Tracer, key: Any, source: str) -> IdentityKey:
     if source.startswith("list(L[") and tx.resumed:
         # a local dict after a graph break is made anew on every call, its keys with it:
         # guarded by identity, it would recompile on every call (an argument is guarded so,
-        # as torch.compile guards it)
-        raise Break("a dict keyed by tensors or other objects, made before a graph break")
+        # as torch.compile guards it). A tensor key is a graph input instead, the same one
+        # as each input it is (or a distinct one, as each it is not: key_alias_guards)
+        if type(key) in (torch.Tensor, torch.nn.Parameter):
+            var = wrap(tx, key, source)
+            tx.key_tensors.append(var)
+            return IdentityKey(var, var.fake)
+        if _made_at_run_time(key):
+            raise Break("a dict keyed by objects made before a graph break")
     tx.guards.identity(source, key, tx.builder.line)
     var = wrap(tx, key, source)
     identity = ops_of(var).identity
@@ -297,6 +305,43 @@ def container_alias_guards(tx: Tracer) -> None:
                     changed.source,
                     f"{changed.source} is not {other.source}",
                     f"{changed.source} and {other.source} are different objects",
+                    None,
+                )
+
+
+def object_alias_guards(tx: Tracer) -> None:
+    """Guards that each object the trace wrote an attribute of is (or is not) each other
+    plain object it read, as at the trace: writes are kept by object (Tracer.attr_writes), so
+    what the trace read through another reference holds only while the two stay the same
+    object (or distinct). The written object itself is guarded by its type alone (a new
+    argument object per call reuses the entry)."""
+    written = {w.obj.source: w.obj.held for w in tx.attr_writes.values() if w.obj.source}
+    for source, obj in written.items():
+        for other, value in tx.frame_objects.items():
+            if other == source or type(value) is not type(obj):
+                continue
+            same = value is obj
+            tx.guards.add(
+                "ALIAS_MATCH",
+                source,
+                f"{source} {'is' if same else 'is not'} {other}",
+                f"{source} and {other} are {'the same object' if same else 'different objects'}",
+                None,
+            )
+
+
+def key_alias_guards(tx: Tracer) -> None:
+    """Guards that each tensor key of a dict made before a graph break is none of the other
+    tensor inputs it was not at the trace: lookups in the trace compare keys by identity, and
+    the next call's new keys are not pinned (the same ones are guarded by add_input)."""
+    for key in tx.key_tensors:
+        for other in tx.builder.inputs:
+            if isinstance(other, TensorVar) and other is not key:
+                tx.guards.add(
+                    "ALIAS_MATCH",
+                    key.source,
+                    f"{key.source} is not {other.source}",
+                    f"{key.source} and {other.source} are different tensors",
                     None,
                 )
 

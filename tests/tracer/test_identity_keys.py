@@ -205,7 +205,36 @@ def test_tensor_keys_survive_a_graph_break():
         print("a graph break")
         return d[x] + d[y], list(d.values())
 
-    check(fn, T(3), T(3))  # the dict is read from the frame after the break: see above
+    # the dict is read from the frame after the break, made anew on every call with new
+    # keys: they are graph inputs, not pinned (the dict broke the graph again before)
+    check(fn, T(3), T(3), graphs=2, breaks=1, calls=4)
+
+
+def test_a_key_reached_only_through_a_dict_made_before_a_graph_break():
+    def fn(x):
+        k = x + 1
+        d = {k: 3.0, x: 2.0}
+        print("a graph break")
+        return [key * v for key, v in d.items()], d[x], x in d
+
+    check(fn, T(3), graphs=2, breaks=1, calls=4)
+
+
+def test_tensor_keys_after_a_graph_break_are_guarded_by_their_aliasing():
+    # a lookup in the trace compares keys by identity: whether a key is another input
+    # must hold as at the trace (here y is the key in the second and fourth calls)
+    def fn(x, y):
+        d = {x: 1.0}
+        print("a graph break")
+        return x * d.get(y, 0.0), y in d
+
+    compiled = compiler.compile(fn, backend=RecordingBackend())
+    for same in (False, True, False, True):
+        x = torch.randn(3)
+        y = x if same else torch.randn(3)
+        expected, actual = fn(x, y), compiled(x, y)
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1] == expected[1]
 
 
 _KEYS = [torch.randn(2), torch.randn(2)]

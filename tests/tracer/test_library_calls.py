@@ -379,6 +379,24 @@ def test_log_calls_replayed_after_the_graph_in_order(collect):
     check(logs_and_warns, T(4), graphs=1, breaks=0)
 
 
+def logs_through_get_logger(x):
+    logging.getLogger("tests.library_calls").warning("inside %d", 2)
+    logging.getLogger().debug("root, below its level")
+    return x * 2
+
+
+def test_a_logger_fetched_by_name_in_the_function_logs_as_eager(collect):
+    # logging.getLogger(name) with a constant name is that one logger (it broke the graph)
+    compiled = compiler.compile(logs_through_get_logger)
+    for _ in range(2):
+        x = torch.randn(3)
+        e_out, e_logs, _ = _run_logged(logs_through_get_logger, x, collect)
+        c_out, c_logs, _ = _run_logged(compiled, x, collect)
+        torch.testing.assert_close(c_out, e_out)
+        assert c_logs == e_logs and len(e_logs) == 1
+    check(logs_through_get_logger, T(3), graphs=1, breaks=0)
+
+
 def test_log_before_a_break_comes_before_the_break(collect):
     @compiler.disable
     def middle():

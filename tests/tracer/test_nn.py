@@ -465,3 +465,37 @@ def test_a_frame_changing_what_its_own_guards_check_runs_eagerly_early():
         f for f in compiler.inspect(compiled).functions if f.qualname == "CountsCalls.forward"
     ]
     assert len(forward.entries) == 2  # the Linear it calls is compiled on its own after
+
+
+# ---- forward hooks and pre-hooks, inlined --------------------------------------------------------
+
+
+class _Hooked(nn.Module):
+    """A submodule with a pre-hook that replaces its input, a hook that replaces its output
+    and a hook that only looks (returns None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.lin.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
+        self.lin.register_forward_hook(lambda m, args, out: out * 2)
+        self.lin.register_forward_hook(lambda m, args, out: out.shape[0] > 100 or None)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def test_forward_hooks_of_a_submodule_are_inlined():
+    # each broke the graph ("Linear has hooks"), as torch.compile inlines them
+    check_module(_Hooked, T(2, 3), graphs=1, breaks=0, backward=True)
+
+
+def test_a_hook_added_or_removed_after_the_trace_is_seen():
+    m = _Hooked()
+    compiled = compiler.compile(m)
+    x = torch.randn(2, 3)
+    assert_same(m(x), compiled(x))
+    handle = m.lin.register_forward_hook(lambda mod, args, out: out - 100)
+    assert_same(m(x), compiled(x))
+    handle.remove()
+    assert_same(m(x), compiled(x))

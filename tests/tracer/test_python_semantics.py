@@ -151,6 +151,38 @@ def generator_iterated_still_traced(x):
     return x + sum(values())
 
 
+def _delegate(t):
+    yield t
+    yield t + 1
+    return 7
+
+
+@case(T(4), graphs=1, breaks=0)
+def generator_yield_from(x):
+    # `yield from` a generator (its return value too), a list and a generator expression:
+    # GET_YIELD_FROM_ITER and SEND broke the graph ("not supported by the tracer")
+    def outer(t):
+        r = yield from _delegate(t)
+        yield t * r
+        yield from [t, t * 2]
+        yield from (t - i for i in range(2))
+
+    return list(outer(x))
+
+
+@case(T(4))
+def generator_yield_from_sent_into(x):
+    # a value sent through `yield from` needs the generators step by step: in Python
+    def outer():
+        got = yield from _running_total()
+        yield got
+
+    gen = outer()
+    next(gen)
+    gen.send(2)
+    return x + gen.send(3)
+
+
 # ---- Enum lookups: Color(value), Color[name], iterating the class -------------------------
 
 

@@ -7,6 +7,7 @@ an instance could shadow) is still guarded."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -146,15 +147,26 @@ def calls_a_method(p):
     return p.total() + 1
 
 
+def writes_an_attribute(p):
+    p.scale = p.scale + 1.0
+    return p.total()
+
+
+def reads_its_class(p):
+    # type(), dataclasses.fields / is_dataclass read the class, which the type guard pins
+    names = [f.name for f in dataclasses.fields(p)]
+    return p.x * len(names) + (type(p) is Point) + dataclasses.is_dataclass(p), names
+
+
 class _Holder:
     def __init__(self):
         self.scale = 1.0
 
 
 def test_a_new_argument_object_per_call_reuses_the_entry():
-    # calling a method of the object pinned the object itself (the optimizer test read it):
-    # a recompile on every call until the cache limit
-    for fn in (calls_a_method,):
+    # calling a method of the object, or writing one of its attributes (replayed through its
+    # source), pinned the object itself: a recompile on every call until the cache limit
+    for fn in (calls_a_method, writes_an_attribute, reads_its_class):
         compiler.reset()
         compiled = compiler.compile(fn, backend=RecordingBackend())
         for _ in range(4):
@@ -166,16 +178,61 @@ def test_a_new_argument_object_per_call_reuses_the_entry():
         assert reasons == [None], (fn.__name__, reasons)
 
 
-def test_an_attribute_written_through_one_argument_is_read_through_another_as_eager():
-    # the write pins the object: what the trace read through `q` holds while p is q (or not)
-    def fn(x, p, q):
-        p.scale = 5.0
-        return x * q.scale
+class Box:
+    pass
 
-    compiled = compiler.compile(fn, backend=RecordingBackend())
-    x = torch.ones(2)
-    for same in (True, False, True):
-        a, b = _Holder(), _Holder()
-        ea, eb = _Holder(), _Holder()
-        out = compiled(x, a, a if same else b)
-        assert_same(fn(x, ea, ea if same else eb), out)
+
+def test_an_attribute_written_to_a_fresh_argument_object_compiles_once():
+    # `obj = Box(); f(obj, x)` each call: the write is replayed through the argument, so the
+    # entry holds for any Box (it recompiled on every call, then ran eagerly)
+    def fn(obj, x):
+        obj.y = x * 2
+        return obj.y + 1
+
+    backend = RecordingBackend()
+    compiled = compiler.compile(fn, backend=backend)
+    for _ in range(6):
+        x = torch.randn(3)
+        eager_obj, compiled_obj = Box(), Box()
+        assert_same(fn(eager_obj, x), compiled(compiled_obj, x))
+        assert_same(eager_obj.y, compiled_obj.y)
+    assert backend.count == 1
+    assert [e.recompile_reason for e in _entries(compiled)] == [None]
+
+
+def _written_through_p_read_through_q(x, p, q):
+    p.scale = 5.0
+    return x * q.scale
+
+
+def _written_through_a_list_read_through_q(x, ps, q):
+    ps[0].scale = ps[0].scale * 3
+    return x * q.scale + ps[0].scale
+
+
+def _written_through_both(x, p, q):
+    p.scale = 2.0
+    q.scale = q.scale + 1.0
+    return x * p.scale
+
+
+def test_an_attribute_written_through_one_reference_is_read_through_another_as_eager():
+    # writes are kept by object: what the trace read through `q` holds only while the two
+    # references are the same object (or distinct) as at the trace, which is guarded
+    cases = [
+        (_written_through_p_read_through_q, lambda a, b: (a, b)),
+        (_written_through_a_list_read_through_q, lambda a, b: ([a], b)),
+        (_written_through_both, lambda a, b: (a, b)),
+    ]
+    for fn, args in cases:
+        compiler.reset()
+        compiled = compiler.compile(fn, backend=RecordingBackend())
+        x = torch.ones(2)
+        for same in (True, False, True, False):
+            a, b = _Holder(), _Holder()
+            ea, eb = _Holder(), _Holder()
+            out = compiled(x, *args(a, a if same else b))
+            assert_same(fn(x, *args(ea, ea if same else eb)), out)
+            assert (a.scale, b.scale) == (ea.scale, eb.scale), fn.__name__
+        # one entry for each aliasing, however many new objects are passed
+        assert len(_entries(compiled)) == 2, fn.__name__

@@ -112,10 +112,28 @@ def _add_to(fn: Callable[[Any, Any], None]):
     return concrete
 
 
-def _dict_merge(target: dict, other: Any) -> None:
+def _function_str(fn: Any) -> str:
+    """How CPython names the function in a call's TypeError (`mod.f()`)."""
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname is None:
+        return f"{type(fn).__name__} object"
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qualname}()" if module and module != "builtins" else f"{qualname}()"
+
+
+def _dict_merge_concrete(f, ins, call_real):
+    """`f(**a, **b)` for real: a value that is no mapping, or a key given twice, is CPython's
+    TypeError naming the function called (PEEK(oparg + 2) once the value is popped, or the
+    one below it from 3.13)."""
+    other = f.stack.pop()
+    target = f.stack[-ins.arg]
+    fn = f.stack[-(ins.arg + 2)]  # 3.13 puts the NULL after the function, not before it
+    name = _function_str(f.stack[-(ins.arg + 3)] if fn is calls.REAL_NULL else fn)
+    if not hasattr(other, "keys"):
+        raise TypeError(f"{name} argument after ** must be a mapping, not {type(other).__name__}")
     for k in other.keys():
         if k in target:
-            raise TypeError(f"got multiple values for keyword argument '{k}'")
+            raise TypeError(f"{name} got multiple values for keyword argument '{k}'")
     target.update(other)
 
 
@@ -188,7 +206,7 @@ class DictMerge:
     """`f(**a, **b)`: as DICT_UPDATE, but a key given twice is a TypeError."""
 
     traced = _dict_update_traced
-    concrete = _add_to(_dict_merge)
+    concrete = _dict_merge_concrete
 
 
 # ---- unpacking ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ jump, as on 3.11 and 3.12.
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable
 
 from compiler.tracer import generators
@@ -20,7 +21,7 @@ from compiler.tracer import operations as ops
 from compiler.tracer.breaks import Break
 from compiler.tracer.calls import REAL_NULL
 from compiler.tracer.opcodes.registry import opcode
-from compiler.tracer.variables import NULL, ConstVar, IteratorVar
+from compiler.tracer.variables import NULL, ConstVar, IteratorVar, Var
 
 
 @opcode("GET_ITER")
@@ -195,3 +196,83 @@ class YieldValue:
         else:
             frame.yields.append(tx.pop(frame))
         tx.push(frame, ConstVar(None))  # the value sent back in
+
+
+# ---- `yield from`: a generator delegating to another, both run ahead ---------------------------
+
+
+@opcode("GET_YIELD_FROM_ITER")
+class GetYieldFromIter:
+    def traced(tx, frame, ins):
+        if not isinstance(tx.resolve(frame.stack[-1]), IteratorVar):
+            tx.push(frame, ops.get_iter(tx, tx.pop(frame)))
+
+    def concrete(f, ins, call_real):
+        if not isinstance(f.stack[-1], (types.GeneratorType, types.CoroutineType)):
+            f.stack.append(iter(f.stack.pop()))
+
+
+def _traced_send(tx, frame) -> Var | None:
+    """SEND's step in a generator run ahead: None sent, the delegate's next value pushed;
+    its return value (None pushed) once it is exhausted."""
+    if not ops.is_none(tx.resolve(tx.pop(frame))):
+        raise Break("a value sent into a generator the trace ran ahead")
+    if _traced_next(tx, frame):
+        return None
+    inlined = frame.stack[-1].generator
+    returned = getattr(inlined, "returned", None)
+    return returned if returned is not None else ConstVar(None)
+
+
+def _real_send(f) -> Any:
+    """SEND's step for real: the delegate's next value pushed, or its return value."""
+    sent = f.stack.pop()
+    try:
+        f.stack.append(next(f.stack[-1]) if sent is None else f.stack[-1].send(sent))
+    except StopIteration as e:
+        return e.value
+    return _SENT
+
+
+_SENT = object()
+
+
+@opcode("SEND", until=(3, 12))
+class Send311:
+    # done: the delegate is replaced by its return value, and SEND jumps past the loop
+    def traced(tx, frame, ins):
+        returned = _traced_send(tx, frame)
+        if returned is not None:
+            frame.stack[-1] = returned
+            tx.jump(frame, ins)
+
+    def concrete(f, ins, call_real):
+        returned = _real_send(f)
+        if returned is not _SENT:
+            f.stack[-1] = returned
+            f.pc = ins.jump_index
+
+
+@opcode("SEND", since=(3, 12))
+class Send:
+    # done: the return value goes over the delegate, which END_SEND then removes
+    def traced(tx, frame, ins):
+        returned = _traced_send(tx, frame)
+        if returned is not None:
+            tx.push(frame, returned)
+            tx.jump(frame, ins)
+
+    def concrete(f, ins, call_real):
+        returned = _real_send(f)
+        if returned is not _SENT:
+            f.stack.append(returned)
+            f.pc = ins.jump_index
+
+
+@opcode("END_SEND", since=(3, 12))
+class EndSend:
+    def traced(tx, frame, ins):
+        del frame.stack[-2]
+
+    def concrete(f, ins, call_real):
+        del f.stack[-2]

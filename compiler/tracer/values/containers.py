@@ -5,17 +5,19 @@ on the real one after the graph runs (`replay`)."""
 from __future__ import annotations
 
 import collections
+import functools
 import operator
 from typing import TYPE_CHECKING, Any, Callable
+
+import torch
 
 from compiler.tracer import builtin_fns, calls, objects, operations
 from compiler.tracer.breaks import Break, Raised
 from compiler.tracer.exceptions import raise_python
 from compiler.tracer.lookups import python_method
 from compiler.tracer.values.numbers import SIMPLE_LITERALS
-from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, ops_of
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, class_method, ops_of
 from compiler.tracer.variables import (
-    AttrCallVar,
     ConstVar,
     DictVar,
     ExceptionVar,
@@ -60,7 +62,10 @@ def _sequence_getitem(tx: Tracer, obj: ListVar | TupleVar, index: Var) -> Var:
     key = operations.const_index(index)
     if isinstance(key, slice):
         items = obj.items[key]
-        return ListVar(list(items)) if isinstance(obj, ListVar) else TupleVar(list(items))
+        if isinstance(obj, ListVar):
+            return ListVar(list(items))
+        # a torch.Size's slice is a torch.Size; other tuples' (a namedtuple's too) a tuple
+        return TupleVar(list(items), cls=torch.Size if obj.cls is torch.Size else tuple)
     try:
         return obj.items[key]
     except (IndexError, TypeError) as e:
@@ -116,11 +121,16 @@ def _compare(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
 def _sequence_binary(tx: Tracer, op: Callable, a: ListVar | TupleVar, b: Var) -> Var:
     if op in _COMPARISONS and not (is_python_constant(a) and is_python_constant(b)):
         return _compare(tx, op, a, b)
+    # torch.Size's + and * give a torch.Size; other tuples' (a namedtuple's too) a tuple
+    sizes = [v for v in (a, b) if isinstance(v, TupleVar) and v.cls is torch.Size]
+    cls = torch.Size if sizes else tuple
     if isinstance(b, (ListVar, TupleVar)) and op in (operator.add, operator.iadd):
-        return type(a)(a.items + b.items) if isinstance(a, ListVar) else TupleVar(a.items + b.items)
+        if isinstance(a, ListVar):
+            return type(a)(a.items + b.items)
+        return TupleVar(a.items + b.items, cls=cls)
     if isinstance(b, ConstVar) and op in (operator.mul, operator.imul):
         items = a.items * b.value
-        return ListVar(items) if isinstance(a, ListVar) else TupleVar(items)
+        return ListVar(items) if isinstance(a, ListVar) else TupleVar(items, cls=cls)
     return NotImplemented
 
 
@@ -208,6 +218,13 @@ def _list_remove(tx: Tracer, items: list[Var], args: list[Var]) -> None:
     raise Raised(ExceptionVar(ValueError, [message]))
 
 
+def _size_numel(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`torch.Size.numel()`: the product of the sizes (symbolic ones multiply as symbols)."""
+    if t.cls is not torch.Size or args or kwargs or not all(isinstance(i, ConstVar) for i in t.items):
+        raise Break(f"method 'numel' of {t.cls.__name__} is not traced")
+    return ConstVar(functools.reduce(operator.mul, (i.value for i in t.items), 1))
+
+
 def _namedtuple_replace(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """`nt._replace(**changes)` of a namedtuple: a new one of its class."""
     fields = tuple_fields(t.cls)
@@ -216,6 +233,20 @@ def _namedtuple_replace(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[s
         raise Raised(ExceptionVar(ValueError, [message]))
     items = [kwargs.get(name, item) for name, item in zip(fields, t.items)]
     return TupleVar(items, cls=t.cls)
+
+
+def _namedtuple_make(tx: Tracer, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`Point._make(iterable)`, the classmethod every namedtuple class has (one code object):
+    its class made from the items, TypeError for the wrong number of them."""
+    cls_var, rest = (args[0], args[1:]) if args else (None, [])
+    cls = getattr(cls_var, "value", None)
+    if kwargs or len(rest) != 1 or not isinstance(cls, type) or tuple_kind(cls) != "namedtuple":
+        raise Break("namedtuple _make() with these arguments runs in Python")
+    items = operations.unpack_iterable(tx, rest[0])
+    if len(items) != len(cls._fields):
+        message = ConstVar(f"Expected {len(cls._fields)} arguments, got {len(items)}")
+        raise Raised(ExceptionVar(TypeError, [message]))
+    return TupleVar(list(items), cls=cls)
 
 
 def _namedtuple_asdict(tx: Tracer, t: TupleVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -241,7 +272,7 @@ def _tuple_attr(tx: Tracer, t: TupleVar, name: str) -> Var:
     fields = tuple_fields(t.cls)
     if name in fields:
         return t.items[fields.index(name)]
-    return AttrCallVar(t, name)
+    return class_method(t, t.cls, name)
 
 
 def _list_rebuild(em: Emitter, lst: ListVar) -> str:
@@ -273,7 +304,7 @@ def _list_iter(tx: Tracer, lst: ListVar) -> Var:
 
 
 VALUE_OPS[ListVar] = ValueOps(
-    attr=lambda tx, lst, name: AttrCallVar(lst, name),
+    attr=lambda tx, lst, name: class_method(lst, lst.cls, name),
     methods=LIST_METHODS,
     method=_list_method,
     getitem=_sequence_getitem,
@@ -294,6 +325,7 @@ VALUE_OPS[TupleVar] = ValueOps(
     methods={
         "index": _search_method("index", _tuple_fold_method("index")),
         "count": _search_method("count", _tuple_fold_method("count")),
+        "numel": _size_numel,
         "_replace": _namedtuple_replace,
         "_asdict": _namedtuple_asdict,
     },
@@ -485,7 +517,7 @@ def _dict_attr(tx: Tracer, d: DictVar, name: str) -> Var:
         method = python_method(d.cls, name)  # a dict subclass's own method
         if method is not None:
             return MethodVar(FunctionVar(fn=method), d)
-    return AttrCallVar(d, name)
+    return class_method(d, d.cls, name)
 
 
 def _dict_getitem(tx: Tracer, d: DictVar, index: Var) -> Var:
@@ -636,19 +668,29 @@ def _fromkeys(cls: type) -> Callable[[Tracer, list[Var], dict[str, Var]], Var]:
             raise Break(f"{cls.__name__}.fromkeys() with other arguments runs in Python")
         value = args[1] if len(args) == 2 else ConstVar(None)
         keys = operations.unpack_iterable(tx, args[0])
-        return DictVar({operations.dict_key(k): value for k in keys}, cls=cls)
+        # a defaultdict made so has no default_factory
+        default = ConstVar(None) if cls is collections.defaultdict else None
+        return DictVar({operations.dict_key(k): value for k in keys}, cls=cls, default=default)
 
     return make
 
 
 builtin_fns.SPECIAL[collections.defaultdict] = _defaultdict
-for _cls in (dict, collections.OrderedDict):
+calls.CALL_BY_CODE[collections.namedtuple("_Any", "a")._make.__func__.__code__] = _namedtuple_make
+for _cls in (dict, collections.OrderedDict, collections.defaultdict):
     builtin_fns.SPECIAL[_cls.fromkeys] = _fromkeys(_cls)
 
 
 # ---- slices -------------------------------------------------------------------------------------
 
 
+def _slice_attr(tx: Tracer, s: SliceVar, name: str) -> Var:
+    if name in ("start", "stop", "step"):
+        return getattr(s, name)
+    raise Break(f"attribute {name!r} of slice is not traced")
+
+
 VALUE_OPS[SliceVar] = ValueOps(
+    attr=_slice_attr,
     rebuild=lambda em, s: f"slice({em.expr(s.start)}, {em.expr(s.stop)}, {em.expr(s.step)})",
 )

@@ -1,10 +1,13 @@
 """Calls of the dataclasses module that build objects: `dataclasses.replace(obj, **changes)`
 is the class called with the object's init fields, the changes over them, as the library
-writes it (its checks of init=False and InitVar fields give eager's ValueError)."""
+writes it (its checks of init=False and InitVar fields give eager's ValueError).
+`asdict` / `astuple` are traced as the library's own Python: they recurse over fields,
+lists, tuples and dicts and deep-copy the rest (a tensor is cloned, values/copies.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import TYPE_CHECKING
 
 from compiler.tracer import builtin_fns, calls
@@ -43,3 +46,19 @@ def _replace(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
 
 
 builtin_fns.SPECIAL[dataclasses.replace] = _replace
+
+
+def _codes(code: types.CodeType) -> list[types.CodeType]:
+    """`code` and the code of the comprehensions and generator expressions inside it."""
+    nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return [code, *(inner for c in nested for inner in _codes(c))]
+
+
+for _fn in (
+    dataclasses.asdict,
+    dataclasses.astuple,
+    dataclasses._asdict_inner,
+    dataclasses._astuple_inner,
+    dataclasses._is_dataclass_instance,
+):
+    calls.TRACED_STDLIB.update(_codes(_fn.__code__))

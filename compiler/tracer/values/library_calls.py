@@ -153,6 +153,20 @@ def _log(tx: Tracer, args: list[Var], kwargs: dict[str, Var], root: bool = False
     return _log_call(tx, "log", logger, level.value, args[1:], kwargs, root)
 
 
+def _get_logger(tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """`logging.getLogger(name)` with a constant name: the one logger of that name, which
+    every later call returns too (made now if it is new, as the eager call makes it)."""
+    values = _constants(args, kwargs)
+    if values is None or kwargs or len(args) > 1 or not all(
+        v is None or type(v) is str for v in values[0]
+    ):
+        raise Break("logging.getLogger() with a name that is not a constant str", "logging")
+    return ObjVar(logging.getLogger(*values[0]))
+
+
+builtin_fns.SPECIAL[logging.getLogger] = _get_logger
+
+
 # Logger.exception reads the exception being handled, and Logger.warn warns about itself:
 # both still run in Python.
 for _name, _level in (

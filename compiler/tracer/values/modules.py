@@ -239,12 +239,51 @@ def call_module(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, 
     from torch.nn.modules import module as module_mod
 
     hooks = (
-        mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or
-        getattr(mod, "_backward_pre_hooks", None) or module_mod._global_forward_hooks or
-        module_mod._global_forward_pre_hooks or module_mod._global_backward_hooks
+        mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None) or
+        module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks or
+        module_mod._global_backward_hooks or mod._forward_hooks_always_called or
+        mod._forward_pre_hooks_with_kwargs or mod._forward_hooks_with_kwargs
     )  # fmt: skip
-    if hooks:
+    if hooks or ((mod._forward_hooks or mod._forward_pre_hooks) and mod_var.source is None):
         raise Break(f"{type(mod).__name__} has hooks; calling it runs in Python", "module_hooks")
+    if mod._forward_hooks or mod._forward_pre_hooks:
+        return _call_with_forward_hooks(tx, mod_var, args, kwargs)
+    return _call_forward(tx, mod_var, args, kwargs)
+
+
+def _hooks(tx: Tracer, mod_var: ObjVar, name: str) -> list[Var]:
+    """The hooks of one of the module's hook dicts, in order, guarded to be the same ones:
+    a hook added or removed later recompiles (none are guarded on a module without them, as
+    under torch.compile)."""
+    table = getattr(mod_var.value, name)
+    source = f"{mod_var.source}.{name}"
+    keys = list(table)
+    tx.guards.add(
+        "HOOKS", source, f"list({source}) == {keys!r}", f"{source} holds hooks {keys}", tx.builder.line
+    )
+    return [wrap(tx, table[k], f"{source}[{k!r}]") for k in keys]
+
+
+def _call_with_forward_hooks(
+    tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, Var]
+) -> Var:
+    """Module.__call__ with forward pre-hooks and forward hooks, inlined in its order: each
+    pre-hook may replace the positional arguments (a non-tuple result is the one argument),
+    each hook the output."""
+    for hook in _hooks(tx, mod_var, "_forward_pre_hooks"):
+        out = calls.call(tx, hook, [mod_var, TupleVar(list(args))], {})
+        if not (isinstance(out, ConstVar) and out.value is None):
+            args = list(out.items) if isinstance(out, TupleVar) and out.cls is tuple else [out]
+    result = _call_forward(tx, mod_var, args, kwargs)
+    for hook in _hooks(tx, mod_var, "_forward_hooks"):
+        out = calls.call(tx, hook, [mod_var, TupleVar(list(args)), result], {})
+        if not (isinstance(out, ConstVar) and out.value is None):
+            result = out
+    return result
+
+
+def _call_forward(tx: Tracer, mod_var: ObjVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    mod = mod_var.value
     forward = mod.__dict__.get("forward")
     if getattr(type(mod), "__compiled__", None) is not None and hasattr(type(mod), "_orig_mod"):
         # A module from compiler.compile called from compiled code: trace its original forward.

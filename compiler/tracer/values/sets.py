@@ -23,9 +23,8 @@ from compiler.tracer.exceptions import raise_python
 from compiler.tracer.lookups import python_method
 from compiler.tracer.shapes import concrete
 from compiler.tracer.values.containers import KEYS_VIEW
-from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, describe
+from compiler.tracer.values.table import VALUE_OPS, Method, ValueOps, class_method, describe
 from compiler.tracer.variables import (
-    AttrCallVar,
     ConstVar,
     ExceptionVar,
     IdentityKey,
@@ -239,7 +238,7 @@ def _attr(tx: Tracer, s: SetVar, name: str) -> Var:
     if s.cls is not set and name in _MUTATORS:
         message = f"'{s.cls.__name__}' object has no attribute '{name}'"
         raise Raised(ExceptionVar(AttributeError, [ConstVar(message)]))
-    return AttrCallVar(s, name)
+    return class_method(s, s.cls, name)
 
 
 # ---- operators ---------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from compiler.tracer.variables import Var
+from compiler.tracer.breaks import Raised
+from compiler.tracer.variables import AttrCallVar, ConstVar, ExceptionVar, Var
 
 if TYPE_CHECKING:
     from compiler.tracer.context import Emitter, Tracer
@@ -99,3 +100,13 @@ def describe(v: Var) -> str:
     if named is not None:
         return named(v)
     return type(v).__name__.replace("Var", "").lower()
+
+
+def class_method(v: Var, cls: type, name: str) -> Var:
+    """`v.name` for a value whose attributes are its class's (a list, tuple, dict or set
+    built in the trace): the method to call, or the AttributeError eager raises where the
+    class has no such attribute (hasattr() and `except AttributeError` see it)."""
+    if not hasattr(cls, name):
+        message = ConstVar(f"'{cls.__name__}' object has no attribute '{name}'")
+        raise Raised(ExceptionVar(AttributeError, [message]))
+    return AttrCallVar(v, name)

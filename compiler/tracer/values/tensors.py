@@ -14,6 +14,7 @@ from compiler.tracer.values.table import VALUE_OPS, ValueOps, describe
 from compiler.tracer.variables import (
     AttrCallVar,
     ConstVar,
+    ObjVar,
     SliceVar,
     TensorVar,
     TupleVar,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 # Tensor attributes that are metadata: constants, since the tensor's guards pin them.
 TENSOR_META = {
     "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_leaf", "layout",
-    "is_sparse", "is_quantized", "is_meta", "is_mkldnn", "is_complex", "is_nested", "itemsize",
+    "is_sparse", "is_quantized", "is_meta", "is_mkldnn", "is_nested", "itemsize",
 }  # fmt: skip
 TENSOR_VIEW_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 
@@ -91,10 +92,44 @@ def _is_inference(tx: Tracer, t: TensorVar) -> Var:
 def _method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if name == "is_inference" and not args and not kwargs:
         return _is_inference(tx, t)
+    if name == "type" and not kwargs and len(args) <= 1:
+        return _type(tx, t, args)
+    if name == "requires_grad_" and _requires_grad_unchanged(t, args, kwargs):
+        return t  # `.detach().requires_grad_(False)`: no change to autograd state
     reason = _BREAK_TENSOR_METHODS.get(name)
     if reason:
         raise Break(reason, tensor_method_kind(name))
     return tx.builder.call("call_method", name, [t, *args], kwargs)
+
+
+def _type(tx: Tracer, t: TensorVar, args: list[Var]) -> Var:
+    """`t.type()`: its legacy type's name, a constant; `t.type(dtype or legacy type or its
+    name)` on that legacy type's device: the tensor in that dtype, as `t.to(dtype)`."""
+    if not args:
+        return ConstVar(t.fake.type())
+    wanted = args[0].value if isinstance(args[0], (ConstVar, ObjVar)) else None
+    if isinstance(wanted, type):
+        wanted = f"{wanted.__module__}.{wanted.__name__}"
+    legacy = _LEGACY_TYPES.get(wanted) if isinstance(wanted, str) else None
+    if legacy is not None and legacy.is_cuda == (t.fake.device.type == "cuda"):
+        wanted = legacy.dtype
+    if not isinstance(wanted, torch.dtype):
+        raise Break("Tensor.type() of that argument runs in Python")
+    return tx.builder.call("call_method", "to", [t, ConstVar(wanted)], {})
+
+
+# the legacy tensor types (torch.HalfTensor, torch.cuda.FloatTensor) by their names
+_LEGACY_TYPES = {
+    f"{cls.__module__}.{cls.__name__}": cls for cls in torch._tensor_classes if not cls.is_sparse
+}
+
+
+def _requires_grad_unchanged(t: TensorVar, args: list[Var], kwargs: dict[str, Var]) -> bool:
+    values = [*args, *kwargs.values()]
+    if len(values) > 1 or (kwargs and "requires_grad" not in kwargs):
+        return False
+    wanted = values[0] if values else ConstVar(True)
+    return isinstance(wanted, ConstVar) and wanted.value is t.fake.requires_grad
 
 
 def _operators(tx: Tracer, op: Callable, a: Var, b: Var) -> Var:

@@ -71,6 +71,15 @@ def _object_attr(tx: Tracer, obj: ObjVar, name: str) -> Var:
         if isinstance(attr, types.FunctionType):
             return FunctionVar(fn=attr)
         return objects.attr_value(tx, getattr(value, name), obj.source, name)
+    if obj.source is not None and type(value).__module__.startswith("torch.backends."):
+        # a backend flag (torch.backends.cuda.matmul.allow_tf32): its getter reads torch's
+        # global state, so it is read now and guarded, as the trace depends on its value
+        try:
+            found = getattr(value, name)
+        except AttributeError:
+            found = _MISSING
+        if isinstance(found, (bool, int, float, str, type(None))):
+            return wrap(tx, found, f"{obj.source}.{name}")
     # Python's order: type(obj).__getattribute__ (object's, or one written in Python, which
     # is inlined), then __getattr__ where that raised AttributeError.
     getattribute = python_method(type(value), "__getattribute__")
@@ -128,9 +137,10 @@ def object_getattribute(tx: Tracer, obj: ObjVar, name: str) -> Var:
 
 
 def _store_attr(tx: Tracer, obj: ObjVar, name: str, value: Var) -> Any:
-    # by `value`: a write pins the object itself, as what the trace reads through another
-    # reference to it (or to another object) holds only while the two stay the same (or not)
-    if not isinstance(obj.value, torch.nn.Module):
+    # by `held`: the type is guarded, and a write replayed through the object's source needs
+    # no guard that it is the same object (a new argument object per call reuses the entry);
+    # whether it is another object the trace read is guarded (wrap.object_alias_guards)
+    if not isinstance(obj.held, torch.nn.Module):
         if objects.found(objects.call_dunder(tx, obj, "__setattr__", [ConstVar(name), value])):
             return None
         if objects.writable(obj, name):
@@ -197,10 +207,20 @@ def call_object(tx: Tracer, fn: ObjVar, args: list[Var], kwargs: dict[str, Var])
     call_attr = inspect.getattr_static(type(value), "__call__", None)
     if isinstance(call_attr, types.FunctionType):
         return calls.call(tx, FunctionVar(fn=call_attr), [fn, *args], kwargs)
+    if _tensor_method_descriptor(value) and args and isinstance(args[0], TensorVar):
+        # `torch.Tensor.add(x, 3)`, `map(torch.Tensor.relu, xs)`: the method called on x
+        return calls.call_method(tx, args[0], value.__name__, list(args[1:]), kwargs)
     raise Break(
         f"call to {describe(fn)} runs in Python (it is not a torch op or Python code)",
         call_kind(value),
     )
+
+
+def _tensor_method_descriptor(value: object) -> bool:
+    """A method of torch.Tensor's C base read from the class (unbound)."""
+    return isinstance(
+        value, (types.MethodDescriptorType, types.WrapperDescriptorType)
+    ) and value.__objclass__ in (torch._C.TensorBase, torch.Tensor)
 
 
 def _method(tx: Tracer, obj: ObjVar, name: str, args: list[Var], kwargs: dict) -> Var:

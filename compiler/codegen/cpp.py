@@ -222,7 +222,7 @@ class _KernelWriter:
                 coord = (
                     c_index(i)
                     if isinstance(i, Index)
-                    else f"jc_index(static_cast<int64_t>({self.value(i)}), {size})"
+                    else f"jc_index(static_cast<int64_t>({self.value(i)}), {size}, {_INDEX_ERROR})"
                 )
                 terms.append(f"({coord})*{stride}" if stride != 1 else f"({coord})")
             index = " + ".join(terms) or "0"
@@ -274,9 +274,12 @@ class _KernelWriter:
             self._pointwise()
         else:
             self._reduction()
+        body = self.lines
+        if any("jc_index(" in line for line in body):
+            body = _with_index_flag(body)
         lines = self._header()
         lines.append(f'extern "C" void {self.name}({", ".join(self.params)}) {{')
-        lines.extend(self.lines)
+        lines.extend(body)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -629,6 +632,23 @@ class _KernelWriter:
             self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {value};")
             self.bind(("step", acc.step.name), result)
             self.store(acc.step, result)
+
+
+# A gathering kernel's flag of out-of-range indices (see the prelude's jc_index).
+_INDEX_ERROR = "jc_err"
+
+
+def _with_index_flag(lines: list[str]) -> list[str]:
+    """A gathering kernel's body with its index flag: declared first, a reduction of every
+    loop construct (`|`, so threads and vector lanes each keep their own), and passed to
+    the library's flag once at the end."""
+    out = [f"  int {_INDEX_ERROR} = 0;"]
+    for line in lines:
+        if line.lstrip().startswith("#pragma omp"):
+            line += f" reduction(|:{_INDEX_ERROR})"
+        out.append(line)
+    out.append(f"  if ({_INDEX_ERROR}) __atomic_store_n(&jc_index_error, 1, __ATOMIC_RELAXED);")
+    return out
 
 
 def _substitute_step(step: Step, subs: Callable[[Index], Index]) -> Step:

@@ -131,15 +131,16 @@ static inline float jc_expf(float d) {
 
 // ---- gathers (embedding, advanced indexing, torch.gather) --------------------------------------
 // An index outside 0 .. n-1, where eager raises IndexError, reads element 0 instead of memory
-// outside the buffer (a crash, or another tensor's data) and sets this library's
-// jc_index_error, which the launcher (CppKernel) checks and clears after the kernel.
+// outside the buffer (a crash, or another tensor's data) and is noted in the kernel's own
+// flag `err` (an OpenMP reduction of its loops, so they still vectorise: a store to the
+// library's flag inside the loop kept every gathering loop scalar); the kernel sets this
+// library's jc_index_error from it at its end, which the launcher (CppKernel) checks and
+// clears after the kernel.
 extern "C" { int jc_index_error = 0; }
-static inline int64_t jc_index(int64_t i, int64_t n) {
-  if (__builtin_expect(i < 0 || i >= n, 0)) {
-    __atomic_store_n(&jc_index_error, 1, __ATOMIC_RELAXED);
-    return 0;
-  }
-  return i;
+static inline int64_t jc_index(int64_t i, int64_t n, int& err) {
+  const bool bad = i < 0 || i >= n;
+  err |= bad;
+  return bad ? 0 : i;
 }
 
 // ---- torch semantics the C operators do not have --------------------------------------------

@@ -69,9 +69,9 @@ def row_caches(
     ctype_of,
 ) -> list[RowCache]:
     """The values to keep in row caches, for a kernel whose loop segments over the row are
-    `loops` (in order): each costly value (one with an operation of COSTLY_OPS) that moves
-    with the row and that a later segment computes again, at its topmost such point, kept by
-    the first segment that computes it. `ctype_of(dtype)` names the C type of a value."""
+    `loops` (in order): each costly value (`_costly`) that moves with the row and that a
+    later segment computes again, at its topmost such point, kept by the first segment that
+    computes it. `ctype_of(dtype)` names the C type of a value."""
     names = {v.name for v in rvars}
     first: dict[Value, int] = {}  # every row-dependent sub-value -> first segment computing it
     found: dict[Value, RowCache] = {}
@@ -98,15 +98,22 @@ def _cached_in(value, k, first, found, steps, names, ctype_of) -> None:
                 stack.append(step.value)  # an inner step of an earlier loop is recomputed
             continue
         earlier = first.get(v)
-        if earlier is not None and earlier < k and _costly(v, steps):
+        if earlier is not None and earlier < k and _costly(v, steps, names):
             if v not in found:
                 found[v] = RowCache(v, f"row{len(found)}", ctype_of(v.dtype), earlier)
             continue
         stack.extend(children(v))
 
 
-def _costly(value: Value, steps: dict[str, Step]) -> bool:
-    return any(isinstance(v, Op) and v.op in COSTLY_OPS for v in _expanded(value, steps))
+def _costly(value: Value, steps: dict[str, Step], names: set[str]) -> bool:
+    """Worth a row cache: an operation of COSTLY_OPS, or loads of several points of the row
+    (a residual sum x + a + b re-added by each pass of the norm that reads it), where the
+    cache costs one load."""
+    below = _expanded(value, steps)
+    if any(isinstance(v, Op) and v.op in COSTLY_OPS for v in below):
+        return True
+    moving = {v for v in below if isinstance(v, Load) and _depends(v, names, steps)}
+    return len(moving) >= 2
 
 
 def _expanded(value: Value, steps: dict[str, Step]) -> list[Value]:

@@ -52,6 +52,7 @@ from compiler.codegen.cpp_ops import (
     store_expr,
 )
 from compiler.codegen.cpp_prelude import COMPUTE_TYPE, STORAGE_TYPE
+from compiler.codegen.cpp_rows import ROW_CACHE_MAX, RowCache, along_rows, row_caches
 from compiler.ir.index import Index, Var
 from compiler.ir.nodes import Constant, IndexValue, Layout, Load, Op, Ref, Value, children
 from compiler.ir.ranges import breakpoints, decide, intervals
@@ -101,6 +102,14 @@ class _KernelWriter:
         self.name = _sanitize(group.name)
         self.steps = {s.name: s for s in group.steps}
         self.across = False
+        # Row caches of a reduction kernel (compiler/codegen/cpp_rows.py): those the loop
+        # being emitted writes, those it reads (written by an earlier loop of this copy of
+        # the body), and the flat position in the row that indexes them.
+        self.caches: list[RowCache] = []
+        self.cache_writes: dict[Value, RowCache] = {}
+        self.cache_reads: dict[Value, RowCache] = {}
+        self.cache_written: set[str] = set()
+        self.position = ""
         self.threads = ""  # a reduction kernel's `_threads_if` clause
         # Ranges of loop variables in the code being emitted, narrower than their loops where
         # the loop was split (see `_specialised`); conditions decided there are not emitted.
@@ -177,6 +186,9 @@ class _KernelWriter:
             decided = decide(v.args[0], self.ranges)
             if decided is not None:
                 return self.value(v.args[1] if decided else v.args[2])
+        cache = self.cache_reads.get(v) if self.cache_reads else None
+        if cache is not None:
+            return f"{cache.name}[{self.position}]"
         if isinstance(v, Load):
             expr = self._load(v)
         elif isinstance(v, Op):
@@ -186,6 +198,10 @@ class _KernelWriter:
         var = self.tmp()
         self.emit(f"const {COMPUTE_TYPE[v.dtype]} {var} = {expr};")
         self.bind(("id", id(v)), var, keep=v)
+        cache = self.cache_writes.get(v) if self.cache_writes else None
+        if cache is not None and cache.name not in self.cache_written:
+            self.emit(f"{cache.name}[{self.position}] = {var};")
+            self.cache_written.add(cache.name)
         return var
 
     def _load(self, load: Load) -> str:
@@ -206,7 +222,7 @@ class _KernelWriter:
                 coord = (
                     c_index(i)
                     if isinstance(i, Index)
-                    else f"jc_index(static_cast<int64_t>({self.value(i)}), {size})"
+                    else f"jc_index(static_cast<int64_t>({self.value(i)}), {size}, {_INDEX_ERROR})"
                 )
                 terms.append(f"({coord})*{stride}" if stride != 1 else f"({coord})")
             index = " + ".join(terms) or "0"
@@ -258,9 +274,12 @@ class _KernelWriter:
             self._pointwise()
         else:
             self._reduction()
+        body = self.lines
+        if any("jc_index(" in line for line in body):
+            body = _with_index_flag(body)
         lines = self._header()
         lines.append(f'extern "C" void {self.name}({", ".join(self.params)}) {{')
-        lines.extend(self.lines)
+        lines.extend(body)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -475,10 +494,23 @@ class _KernelWriter:
         )
         parallel_outer = big and not split and outer
         # Windows (pooling) and other short reductions: vectorise across output points
-        # instead; the short reduction loops are left to the compiler to unroll.
+        # instead; the short reduction loops are left to the compiler to unroll. A short row
+        # that is contiguous (softmax over 32 keys) still vectorises along itself.
         self.across = (
-            bool(outer) and group.reduction_numel <= SHORT_REDUCTION and not self.size_generic
+            bool(outer)
+            and group.reduction_numel <= SHORT_REDUCTION
+            and not self.size_generic
+            and not along_rows(group.steps, self.schedule.buffers, self.rvars)
         )
+        loops = [ss for kind, ss in segments if kind == "loop"]
+        if (
+            not self.across
+            and not split
+            and not self.size_generic
+            and group.reduction_numel <= ROW_CACHE_MAX
+        ):
+            self.caches = row_caches(loops, self.steps, self.rvars, COMPUTE_TYPE.get)
+        self.position = c_index(_flat(self.rvars))
         # The loops opened here: all outer ones, or all but the one vectorised across.
         opened = outer[:-1] if self.across else outer
         for k, var in enumerate(opened):
@@ -489,6 +521,11 @@ class _KernelWriter:
             self.open(self._for(var), pragma)
 
         def body() -> None:
+            # Per copy of the body: each is its own scope, with its own caches.
+            self.cache_written = set()
+            for cache in self.caches:
+                self.emit(f"{cache.ctype} {cache.name}[{group.reduction_numel}];")
+            segment = 0
             for kind, steps in segments:
                 if kind == "outer":
                     step = steps[0]
@@ -496,7 +533,8 @@ class _KernelWriter:
                     self.bind(("step", step.name), var)
                     self.store(step, var)
                 else:
-                    self._reduction_loop(steps, split)
+                    self._reduction_loop(steps, split, segment)
+                    segment += 1
 
         if self.across:
             # With one outer loop, threads share the vectorised loop itself.
@@ -510,7 +548,11 @@ class _KernelWriter:
         for _ in opened:
             self.close()
 
-    def _reduction_loop(self, steps: list[Step], split: bool) -> None:
+    def _reduction_loop(self, steps: list[Step], split: bool, segment: int) -> None:
+        self.cache_writes = {c.value: c for c in self.caches if c.written == segment}
+        self.cache_reads = {
+            c.value: c for c in self.caches if c.written < segment and c.name in self.cache_written
+        }
         accs = []
         for step in steps:
             if step.reduction_type is None:
@@ -522,7 +564,9 @@ class _KernelWriter:
             elif kind in ("any", "all"):
                 ctype = "int"
             else:
-                ctype = _WIDER_SUM.get(COMPUTE_TYPE[step.dtype], COMPUTE_TYPE[step.dtype])
+                ctype = COMPUTE_TYPE[step.dtype]
+                if self.group.reduction_numel > NARROW_SUM_MAX or self.size_generic:
+                    ctype = _WIDER_SUM.get(ctype, ctype)
             acc = Accumulator(step, self.tmp("acc"), ctype, value_ctype=value_ctype)
             # Across output points each lane owns its accumulator and NaN can win inside
             # the select; an OpenMP reduction clause needs the separate NaN flag.
@@ -579,6 +623,7 @@ class _KernelWriter:
             body()
             for _ in rvars:
                 self.close()
+        self.cache_writes, self.cache_reads = {}, {}
         for acc in accs:
             result = self.tmp("red")
             value = acc.result()
@@ -587,6 +632,23 @@ class _KernelWriter:
             self.emit(f"const {COMPUTE_TYPE[acc.step.dtype]} {result} = {value};")
             self.bind(("step", acc.step.name), result)
             self.store(acc.step, result)
+
+
+# A gathering kernel's flag of out-of-range indices (see the prelude's jc_index).
+_INDEX_ERROR = "jc_err"
+
+
+def _with_index_flag(lines: list[str]) -> list[str]:
+    """A gathering kernel's body with its index flag: declared first, a reduction of every
+    loop construct (`|`, so threads and vector lanes each keep their own), and passed to
+    the library's flag once at the end."""
+    out = [f"  int {_INDEX_ERROR} = 0;"]
+    for line in lines:
+        if line.lstrip().startswith("#pragma omp"):
+            line += f" reduction(|:{_INDEX_ERROR})"
+        out.append(line)
+    out.append(f"  if ({_INDEX_ERROR}) __atomic_store_n(&jc_index_error, 1, __ATOMIC_RELAXED);")
+    return out
 
 
 def _substitute_step(step: Step, subs: Callable[[Index], Index]) -> Step:
@@ -625,11 +687,15 @@ def _iter(value: Value):
         stack.extend(children(v))
 
 
-# Sums and products of float values accumulate in double: one float accumulator per lane
-# added to millions of times rounds each addition at the size of the total (4M values near
-# 1000 summed 3e-3 off, where eager's cascade sums are exact to 3e-8); the result is
-# rounded to float once. Memory, not the adds, bounds these loops.
+# Sums and products of float values over long rows accumulate in double: one float
+# accumulator per lane added to millions of times rounds each addition at the size of the
+# total (4M values near 1000 summed 3e-3 off, where eager's cascade sums are exact to 3e-8);
+# the result is rounded to float once. Memory, not the adds, bounds these loops. A row of at
+# most NARROW_SUM_MAX values (a softmax or a norm over a transformer's keys or features)
+# adds at most that many per lane, a float's error of eager's order, and there the
+# conversions to double took a tenth of a softmax's time.
 _WIDER_SUM = {"float": "double"}
+NARROW_SUM_MAX = 1024
 
 
 def _flat(rvars: Sequence[Var]) -> Index:

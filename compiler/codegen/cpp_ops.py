@@ -73,6 +73,8 @@ def _lit(x: float, ctype: str) -> str:
 
 def _math(name: str, ctype: str) -> str:
     assert name in MATH_FUNCTIONS
+    if name == "exp" and ctype == "float":
+        return "jc_expf"  # libmvec's expf is scalar on large inputs (cpp_prelude.py)
     return f"{name}f" if ctype == "float" else name
 
 

@@ -103,17 +103,44 @@ static inline uint16_t jc_float_to_half(float f) {
 static inline float jc_round_bf16(float f) { return jc_bf16_to_float(jc_float_to_bf16(f)); }
 static inline float jc_round_half(float f) { return jc_half_to_float(jc_float_to_half(f)); }
 
+// ---- exp in float, vectorisable over its whole range --------------------------------------------
+// libmvec's vector expf hands every lane of a vector that holds an input below -87 or above 88
+// to the scalar expf, one call per lane: a causal or padding mask's -3.4e38 (or -inf) in half
+// the scores made a softmax 3x slower than with no mask. This is SLEEF's expf (1 ulp):
+// Cody-Waite reduction by ln 2, a degree-6 polynomial, and 2^q applied in two factors so that
+// denormal results are right; out-of-range inputs are clamped before the integer conversion.
+static inline float jc_expf(float d) {
+  const float x = d < -104.0f ? -104.0f : (d > 104.0f ? 104.0f : (d != d ? 0.0f : d));
+  const float qf = rintf(x * 1.442695040888963407359924681001892137f);
+  const int32_t q = (int32_t)qf;
+  float s = qf * -0.693145751953125f + x;
+  s = qf * -1.428606765330187045e-06f + s;
+  float u = 0.000198527617612853646278381f;
+  u = u * s + 0.00139304355252534151077271f;
+  u = u * s + 0.00833336077630519866943359f;
+  u = u * s + 0.0416664853692054748535156f;
+  u = u * s + 0.166666671633720397949219f;
+  u = u * s + 0.5f;
+  u = (s * s) * u + s + 1.0f;
+  const int32_t h = q >> 1;
+  u = u * jc_bits_to_float((uint32_t)(h + 127) << 23) * jc_bits_to_float((uint32_t)(q - h + 127) << 23);
+  u = d < -104.0f ? 0.0f : u;
+  u = d > 104.0f ? static_cast<float>(INFINITY) : u;
+  return d != d ? d : u;
+}
+
 // ---- gathers (embedding, advanced indexing, torch.gather) --------------------------------------
 // An index outside 0 .. n-1, where eager raises IndexError, reads element 0 instead of memory
-// outside the buffer (a crash, or another tensor's data) and sets this library's
-// jc_index_error, which the launcher (CppKernel) checks and clears after the kernel.
+// outside the buffer (a crash, or another tensor's data) and is noted in the kernel's own
+// flag `err` (an OpenMP reduction of its loops, so they still vectorise: a store to the
+// library's flag inside the loop kept every gathering loop scalar); the kernel sets this
+// library's jc_index_error from it at its end, which the launcher (CppKernel) checks and
+// clears after the kernel.
 extern "C" { int jc_index_error = 0; }
-static inline int64_t jc_index(int64_t i, int64_t n) {
-  if (__builtin_expect(i < 0 || i >= n, 0)) {
-    __atomic_store_n(&jc_index_error, 1, __ATOMIC_RELAXED);
-    return 0;
-  }
-  return i;
+static inline int64_t jc_index(int64_t i, int64_t n, int& err) {
+  const bool bad = i < 0 || i >= n;
+  err |= bad;
+  return bad ? 0 : i;
 }
 
 // ---- torch semantics the C operators do not have --------------------------------------------

@@ -29,7 +29,7 @@ import torch.fx
 from torch.utils._pytree import tree_flatten, tree_map
 
 from compiler.aot.trace import AotGraph
-from compiler.ir.index import Index, make_vars
+from compiler.ir.index import Index, contiguous_strides, make_vars
 from compiler.ir.nodes import (
     ConstantBuffer,
     ExternKernel,
@@ -254,10 +254,17 @@ class LoweringContext:
         """Node outputs keep eager's strides (channels-last stays channels-last) when the
         aten node's fake value has this size; contiguous otherwise. In a channels-last graph
         a 4-d node takes the strides of a buffer of its size that it reads element for
-        element (a convolution's output, NHWC or not), else channels-last (graph outputs
-        are copied back to eager's strides)."""
+        element (a convolution's output, NHWC or not), else channels-last if it reads a
+        channels-last activation (graph outputs are copied back to eager's strides). A 4-d
+        value computed from none (Swin's attention masks and its windows of a (B, H, W, C)
+        sequence) keeps eager's strides: channels-last put its heads or its H innermost,
+        so its kernels vectorised over 3 heads and the attention copied its mask back."""
         if self.channels_last and len(size) == 4:
-            return self._followed_layout(size, dtype, body) or self.natural_layout(size, dtype)
+            followed = self._followed_layout(size, dtype, body)
+            if followed is not None:
+                return followed
+            if body is None or self._reads_channels_last(body):
+                return self.natural_layout(size, dtype)
         val = self.meta() if self.current is not None else None
         if isinstance(val, torch.Tensor) and tuple(val.shape) == size and _dense(val):
             return Layout(size, tuple(val.stride()), dtype, self.device)
@@ -274,6 +281,18 @@ class LoweringContext:
             if lay is not None and lay.size == size and tuple(ld.indices) == own:
                 return Layout(size, lay.stride, dtype, self.device)
         return None
+
+    def _reads_channels_last(self, body: Value) -> bool:
+        for ld in loads(body):
+            lay = self.layouts.get(ld.buf)
+            if (
+                lay is not None
+                and len(lay.size) == 4
+                and same_strides(lay.size, lay.stride, channels_last_strides(lay.size))
+                and not same_strides(lay.size, lay.stride, contiguous_strides(lay.size))
+            ):
+                return True
+        return False
 
     def natural_layout(self, size: Sequence[int], dtype: torch.dtype) -> Layout:
         """The layout of a new buffer whose strides eager does not fix: channels-last for 4-d

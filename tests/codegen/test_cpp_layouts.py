@@ -156,3 +156,42 @@ def test_weight_heavy_convolutions_stay_nchw_without_copying_the_weight():
     assert "ensure_layout(buf2, (2, 256, 3, 3), (2304, 1, 768, 256))" in record.wrapper_source
     assert ", const6, " in convs[1]
     assert "(2, 256, 3, 3), (2304, 9, 3, 1)" in record.wrapper_source
+
+
+class PatchesThenWindows(nn.Module):
+    """Swin's pattern: a convolution embeds patches, the rest works on a sequence: padded
+    windows of it as (B, H, W, C) into a linear layer, and attention with a bias gathered
+    from a table plus a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 16, 4, stride=4)
+        self.norm = nn.LayerNorm(16)
+        self.proj = nn.Linear(16, 8)
+        self.table = nn.Parameter(torch.randn(25, 4))
+        self.register_buffer("index", torch.randint(0, 25, (64,)))
+
+    def forward(self, x, mask, q):
+        h = self.norm(self.embed(x).flatten(2).transpose(1, 2))  # (2, 64, 16)
+        windows = nn.functional.pad(h.view(2, 8, 8, 16), (0, 0, 0, 2, 0, 2))  # (2, 10, 10, 16)
+        bias = self.table[self.index].view(8, 8, 4).permute(2, 0, 1).contiguous()
+        scores = bias.unsqueeze(0) + mask.masked_fill(mask != 0, -100.0).unsqueeze(1)
+        attended = nn.functional.scaled_dot_product_attention(q, q * 2, q, attn_mask=scores)
+        return self.proj(windows), attended
+
+
+def test_four_dimensional_values_of_no_nhwc_activation_keep_eager_strides():
+    """In a graph with a convolution every 4-d buffer was NHWC: Swin's (B, H, W, C) windows
+    then had their H innermost (a layer norm over C read it 56 floats apart) and its
+    attention bias its 3 heads (a kernel vectorised over the heads, and the attention
+    copying the bias back)."""
+    model = PatchesThenWindows().eval()
+    x, mask = torch.randn(2, 3, 32, 32), (torch.rand(3, 8, 8) > 0.5).float()
+    q = torch.randn(3, 4, 8, 16)
+    record = check(model, x, mask, q, rtol=1e-4, atol=1e-5)
+    assert any("channels-last" in note for note in record.notes)
+    assert "(2, 16, 8, 8), (1024, 1, 128, 16)" in record.wrapper_source  # the convolution's
+    sizes = {"(2, 10, 10, 16)": "(1600, 160, 16, 1)", "(3, 4, 8, 8)": "(256, 64, 8, 1)"}
+    for size, strides in sizes.items():
+        lines = [s for s in record.wrapper_source.splitlines() if f"empty_strided({size}" in s]
+        assert lines and all(strides in line for line in lines), record.wrapper_source

@@ -106,7 +106,8 @@ static inline float jc_round_half(float f) { return jc_half_to_float(jc_float_to
 // ---- exp in float, vectorisable over its whole range --------------------------------------------
 // libmvec's vector expf hands every lane of a vector that holds an input below -87 or above 88
 // to the scalar expf, one call per lane: a causal or padding mask's -3.4e38 (or -inf) in half
-// the scores made a softmax 3x slower than with no mask. This is SLEEF's expf (1 ulp):
+// the scores made a softmax 3x slower than with no mask. This is SLEEF's expf (1 ulp; SLEEF is
+// under the Boost Software License 1.0, its coefficients kept as published):
 // Cody-Waite reduction by ln 2, a degree-6 polynomial, and 2^q applied in two factors so that
 // denormal results are right; out-of-range inputs are clamped before the integer conversion.
 static inline float jc_expf(float d) {

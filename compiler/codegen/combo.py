@@ -42,7 +42,8 @@ registers across the whole function), so a combined kernel costs about one body 
 instead of one per part: 32 AdamW updates went from 3.6 s to a 1-part kernel's ~0.3 s for
 sm_90 (benchmarks/combo_compile.py). A kind is keyed by its body's text with the buffers
 named by position, their dtypes and the index width, so parts that share a body compute
-exactly what each computes alone. Programs go kind by kind, so a kind's parts may own
+exactly what each computes alone, and by the power of two its size is a multiple of (up to
+16), so that a shared size, a run-time value, lets Triton vectorise as each part's constant. Programs go kind by kind, so a kind's parts may own
 programs out of the order of the parts. Each kind's names are its own (`k0_first`: Triton
 joins a name defined in two branches of an if/elif chain, and asserts that its types agree)
 and Triton keeps a name defined in one branch without an `else` inside that branch. The block
@@ -96,7 +97,11 @@ def _kinds(group: KernelGroup, schedule: Schedule) -> list[_Kind]:
         slots = list(KernelWriter(part, schedule).args)
         lines, w = _body(part, schedule, {b: f"ptr{j}" for j, b in enumerate(slots)}, 0)
         dtypes = tuple(schedule.buffers[b].dtype for b in slots)
-        kind = kinds.setdefault((tuple(lines), dtypes, w.int64), _Kind([], []))
+        # the size's power-of-two divisor, as Triton's alignment analysis sees a constant
+        # size: a part whose mask allows 16-byte accesses keeps them in a shared body
+        align = min(part.outer_numel & -part.outer_numel, 16)
+        key = (tuple(lines), dtypes, w.int64, align)
+        kind = kinds.setdefault(key, _Kind([], []))
         kind.parts.append(k)
         kind.slots.append(slots)
     return list(kinds.values())

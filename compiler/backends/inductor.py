@@ -522,7 +522,7 @@ class _Compiled:
                         size_args=dict(sized.sizes) if sized else {},
                         # the generic kernel's own list: it grows as later sizes call it
                         sizes_served=sized.generic.served if sized else [],
-                        parts=_parts(launch, k),
+                        parts=_parts(launch, k, sched),
                     )
                 )
             else:
@@ -562,11 +562,11 @@ class _Compiled:
         (d / "output_code.py").write_text("\n".join(code))
 
 
-def _parts(group: KernelGroup, kernel: KernelSource) -> list[KernelPart]:
+def _parts(group: KernelGroup, kernel: KernelSource, sched: Schedule) -> list[KernelPart]:
     """A combined kernel's parts, with the program ids each runs on."""
     if not group.parts:
         return []
-    ranges = combo_programs(group, kernel.config["XBLOCK"])
+    ranges = combo_programs(group, sched, kernel.config["XBLOCK"])
     return [
         KernelPart(p.name, p.outer_numel, first, end - 1, list(p.origins))
         for p, (first, end) in zip(group.parts, ranges)

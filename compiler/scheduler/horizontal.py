@@ -29,11 +29,12 @@ elements, so one launch covers all of them with each part's own sizes and pointe
 
 Caps, as TorchInductor caps its combo and foreach kernels: at most MAX_PARTS parts and
 MAX_ARGS distinct buffers (pointer parameters: Inductor found PTX errors past ~370 for its
-foreach kernels and keeps combo kernels at 250). Every part is code of its own, and Triton's
-compile time grows with it (an AdamW part: ~0.35 s for sm_90 on a loaded 2-core host): a
-GPT-2 step's 148 updates make 5 combined kernels of at most 32 parts, which compile side by
-side in the compile workers, where 3 of 49 would take longer; 5 launches instead of 3 cost
-microseconds. A longer run of independent kernels becomes several combined kernels.
+foreach kernels and keeps combo kernels at 250). Parts of one kind (the same code up to
+buffers and sizes) share one body in the emitted kernel, so Triton's compile time grows with
+a combined kernel's kinds, not its parts; but each of a kind's programs picks its part's
+pointers with one scalar select per part, which MAX_PARTS keeps short: a GPT-2 step's 148
+updates make 5 combined kernels, which compile side by side in the compile workers. A
+longer run of independent kernels becomes several combined kernels.
 """
 
 from __future__ import annotations

@@ -21,11 +21,21 @@ from tests.codegen.helpers import DEVICE, assert_compile_for_sm90
 FP32 = [((33, 17), torch.float32), ((17,), torch.float32), ((5, 3, 2), torch.float32),
         ((1,), torch.float32), ((300,), torch.float32)]  # fmt: skip
 BF16 = [((40, 3), torch.bfloat16), ((7,), torch.bfloat16)]
+# the dtypes taking turns: parts of one kind (one body, compiler/codegen/combo.py) that are
+# not neighbours among the parts, a one-element part (parameters of one size would fuse into
+# one kernel before combining)
+INTERLEAVED = [((33, 17), torch.float32), ((40, 3), torch.bfloat16), ((1,), torch.float32),
+               ((3,), torch.bfloat16), ((300,), torch.float32), ((7,), torch.bfloat16),
+               ((17,), torch.float32), ((2,), torch.float32)]  # fmt: skip
 
 OPTIMIZERS: dict[str, tuple[Callable, list]] = {
     "adamw": (
         lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
         [(s, d, d) for s, d in FP32 + BF16],
+    ),
+    "adamw_interleaved": (
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+        [(s, d, d) for s, d in INTERLEAVED],
     ),
     "adam_amsgrad": (
         lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True),
@@ -115,7 +125,7 @@ def test_optimizer_step_in_combo_kernels_matches_eager(name):
     assert len(combo_kernel.parts) == updates
     assert combo_kernel.config["kind"] == "combo"
     # every part's programs, one after another, fill the launch grid
-    ranges = [(p.first_program, p.last_program) for p in combo_kernel.parts]
+    ranges = sorted((p.first_program, p.last_program) for p in combo_kernel.parts)
     assert ranges[0][0] == 0
     assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))
     xblock = combo_kernel.config["XBLOCK"]
@@ -126,6 +136,33 @@ def test_optimizer_step_in_combo_kernels_matches_eager(name):
         assert f"{p.name}, {p.elements} elements; FX nodes {', '.join(p.fused_nodes)}" in (
             combo_kernel.source
         )
+
+
+def test_parts_of_one_kind_share_one_body():
+    """AdamW updates of one dtype differ only in their pointers and sizes: the combined
+    kernel holds their body once, each program choosing its part's pointers and size (a
+    compile of one body instead of one per part), with the same bits as kernels apart. A
+    size that is no multiple of 16 (which Triton's vectorised accesses need) is a kind of
+    its own."""
+    make_opt = OPTIMIZERS["adamw"][0]
+    specs = [((k + 1, 16), torch.float32, torch.float32) for k in range(6)]
+    specs.append(((3, 5), torch.float32, torch.float32))
+    params, grads = _params(specs)
+    combo, report = _steps(make_opt, params, grads, compiled=True)
+    apart, _ = _steps(make_opt, params, grads, compiled=True, combo=False)
+    for k, (c, a) in enumerate(zip(combo, apart)):
+        assert torch.equal(c, a), f"tensor {k} differs from the kernel-per-parameter step"
+    (kernel,) = [k for k in _graph(report).kernels if k.parts]
+    assert len(kernel.parts) == 7
+    assert "# kind 0: 6 parts, one body (programs 0..5)" in kernel.source
+    assert "# kind 1: 1 part (programs 6..6)" in kernel.source
+    # one update's stores per kind: the parameter, exp_avg and exp_avg_sq
+    assert kernel.source.count("tl.store(") == 2 * 3
+    assert kernel.source.count("if pid <") == 2  # `if` and one `elif`
+    # each part but the last (the default) chooses its first program, size and 5 pointers
+    # (gradient, parameter, both moments, step count); the learning rate, one buffer for
+    # all parts, is read through the kernel's parameter itself
+    assert kernel.source.count("tl.where(k0_here, ") == 5 * (2 + 5)
 
 
 def test_adam_with_gradients_of_another_dtype_raises_as_eager():

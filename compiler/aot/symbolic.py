@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import sympy
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -137,7 +138,10 @@ def trace_symbolic(gm: torch.fx.GraphModule) -> SymbolicAot | None:
             if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
                 sources.setdefault(size.node.expr, (i, dim))
     before = len(shape_env.guards)
-    with torch.no_grad():
+    # Under torch's Python dispatcher, as the tracer's own symbolic fake ops run
+    # (graph_builder.py): torch 2.11's composite kernels (attention's) otherwise read a size
+    # as an int, which pins its symbol to the traced size (Eq(s27, 7)) and no other size binds
+    with torch.no_grad(), enable_python_dispatcher():
         aot = trace_forward(gm, fakes)
     guards = [g.expr for g in shape_env.guards[before:]]
     return SymbolicAot(aot, sources, fakes, guards, FakeTensorMode(allow_non_fake_inputs=True))

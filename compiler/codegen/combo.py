@@ -73,6 +73,7 @@ class _Kind:
 
     parts: list[int]
     slots: list[list[str]]
+    int64: bool  # the body indexes in int64 (part of the kind's key)
 
 
 def _body(
@@ -101,7 +102,7 @@ def _kinds(group: KernelGroup, schedule: Schedule) -> list[_Kind]:
         # size: a part whose mask allows 16-byte accesses keeps them in a shared body
         align = min(part.outer_numel & -part.outer_numel, 16)
         key = (tuple(lines), dtypes, w.int64, align)
-        kind = kinds.setdefault(key, _Kind([], []))
+        kind = kinds.setdefault(key, _Kind([], [], w.int64))
         kind.parts.append(k)
         kind.slots.append(slots)
     return list(kinds.values())
@@ -133,8 +134,7 @@ def combo_source(group: KernelGroup, schedule: Schedule) -> KernelSource:
     xblock = config["XBLOCK"]
     kinds = _kinds(group, schedule)
     ranges = _ranges(group, kinds, xblock)
-    int64 = any(KernelWriter(p, schedule).int64 for p in group.parts)
-    pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+    pid = "tl.program_id(0).to(tl.int64)" if any(k.int64 for k in kinds) else "tl.program_id(0)"
     body = [f"    pid = {pid}"]
     count = 0  # tmpN names run on across the kinds, each its own
 
